@@ -1,0 +1,46 @@
+# klue_tc: `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# torch first, pinned: the CPU build on this machine's disk; a looser range pulls a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+SWEEP  ?= paper
+ARGS   ?=
+DIR    ?=
+
+.PHONY: help install test test-all sweep report bench bench-gpu clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "  variables: SWEEP=paper|smoke  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0"
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e '.[dev,optuna]'
+	touch $@
+
+install: $(VENV)/.installed  ## create .venv and install klue_tc with its dev and optuna extras
+
+test: install  ## the fast tests (no network, CPU)
+	$(PY) -m pytest
+
+test-all: install  ## every test, the slow ones too
+	$(PY) -m pytest -m "slow or not slow"
+
+sweep: install  ## run sweeps/$(SWEEP).yaml (resumes: finished jobs are skipped)
+	$(PY) -m klue_tc --multirun --config-dir sweeps --config-name $(SWEEP) $(ARGS)
+
+report: install  ## F1 comparison table for DIR (a run or sweep directory)
+	@test -n "$(DIR)" || { echo "usage: make report DIR=outputs/sweeps/paper"; exit 2; }
+	$(PY) -m klue_tc.report $(DIR) $(ARGS)
+
+bench: install  ## training throughput and F1 against the notebook's design (CPU)
+	$(PY) -m klue_tc.bench $(ARGS)
+
+bench-gpu: install  ## throughput per encoder on a GPU and the paper sweep's projected wall time
+	$(PY) -m klue_tc.bench --gpu $(ARGS)
+
+clean:  ## remove outputs, W&B offline runs and caches (not the venv)
+	rm -rf outputs multirun wandb .pytest_cache

@@ -1,0 +1,51 @@
+"""Lightning callback that measures what the results need: throughput, best epoch, first step."""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+
+
+def _sync(trainer: L.Trainer) -> None:
+    # CUDA kernels run asynchronously; a step is timed only once its work is done.
+    if trainer.strategy.root_device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class FoldMonitor(L.Callback):
+    """Times training steps only (forward, backward, optimiser; no data loading, no validation),
+    skipping the first `warmup_steps` steps (allocator, compile and cache warm-up)."""
+
+    def __init__(self, job_start: float, warmup_steps: int = 1):
+        self.job_start, self.warmup_steps = job_start, warmup_steps
+        self.step_seconds, self.step_samples, self.steps_seen = 0.0, 0, 0
+        self.time_to_first_step: float | None = None
+        self.best_f1, self.best_accuracy, self.best_epoch = float("-inf"), 0.0, -1
+        self._t0 = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.time_to_first_step is None:
+            self.time_to_first_step = time.perf_counter() - self.job_start
+        _sync(trainer)
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        _sync(trainer)
+        elapsed = time.perf_counter() - self._t0
+        self.steps_seen += 1
+        if self.steps_seen > self.warmup_steps:
+            self.step_seconds += elapsed
+            self.step_samples += len(batch["input_ids"])
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        f1 = float(trainer.callback_metrics["val/f1"])
+        if f1 > self.best_f1:
+            self.best_f1, self.best_epoch = f1, trainer.current_epoch
+            self.best_accuracy = float(trainer.callback_metrics["val/accuracy"])
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.step_samples / self.step_seconds if self.step_seconds else float("nan")

@@ -1,0 +1,175 @@
+"""Read and validate labelled KLUE YNAT titles (local files or the Hugging Face hub); folds.
+
+Every problem with an input file is reported as one `DataError` line naming the file and the
+row or column; nothing is silently dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import StratifiedKFold, train_test_split
+
+from klue_tc.errors import DataError, ResourceError
+
+# Hugging Face `klue/klue` `ynat` label order.
+LABEL_NAMES: tuple[str, ...] = ("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치")
+NUM_CLASSES = len(LABEL_NAMES)
+TEXT_COLUMNS = ("title", "text")
+LABEL_COLUMNS = ("label", "topic_idx")
+
+
+@dataclass(frozen=True)
+class LabelledTitles:
+    texts: list[str]
+    labels: np.ndarray  # int64 class ids, LABEL_NAMES order
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, indices: np.ndarray) -> "LabelledTitles":
+        return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source)
+
+    def fingerprint(self) -> str:
+        """Content hash: caches are keyed on what the titles are, not where they came from."""
+        digest = hashlib.sha1()
+        for text in self.texts:
+            digest.update(text.encode("utf-8"))
+            digest.update(b"\n")
+        digest.update(self.labels.astype(np.int64).tobytes())
+        return digest.hexdigest()[:16]
+
+    def class_counts(self) -> dict[str, int]:
+        counts = np.bincount(self.labels, minlength=NUM_CLASSES)
+        return {name: int(count) for name, count in zip(LABEL_NAMES, counts)}
+
+
+def read_labelled_file(path: str | Path) -> LabelledTitles:
+    """KLUE json, jsonl, csv or tsv with a title and a label column (id 0-6 or Korean name)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(f"{path}: file is empty")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
+    frame = _parse(path, text)
+    return from_frame(frame, source=str(path))
+
+
+def _parse(path: Path, text: str) -> pd.DataFrame:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        records = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{path}: line {number}: invalid JSON ({err.msg})") from None
+        return pd.DataFrame.from_records(records)
+    if suffix == ".json":
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}: line {err.lineno}: invalid JSON ({err.msg})") from None
+        if isinstance(payload, dict):  # {"data": [...]} wrappers
+            payload = next((v for v in payload.values() if isinstance(v, list)), None)
+        if not isinstance(payload, list):
+            raise DataError(f"{path}: expected a JSON list of records (KLUE layout)")
+        return pd.DataFrame.from_records(payload)
+    if suffix in (".csv", ".tsv", ".txt"):
+        sep = "," if suffix == ".csv" else "\t"
+        try:
+            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False)
+        except pd.errors.ParserError as err:
+            raise DataError(f"{path}: {str(err).strip()}") from None
+    raise DataError(f"{path}: unknown file type {suffix!r}; use .json, .jsonl, .csv or .tsv")
+
+
+def from_frame(frame: pd.DataFrame, source: str) -> LabelledTitles:
+    if frame.empty:
+        raise DataError(f"{source}: no data rows")
+    text_col = _pick_column(frame, TEXT_COLUMNS, source, "title")
+    label_col = _pick_column(frame, LABEL_COLUMNS, source, "label")
+    texts = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+    empty = np.flatnonzero(texts.str.strip().eq("").to_numpy())
+    if len(empty):
+        raise DataError(f"{source}: row {empty[0] + 1}: empty title (column {text_col!r})")
+    labels = frame[label_col].map(_label_id)
+    unknown = np.flatnonzero(labels.isna().to_numpy())
+    if len(unknown):
+        row = unknown[0]
+        raise DataError(
+            f"{source}: row {row + 1}: unknown label {frame[label_col].iloc[row]!r} in column {label_col!r};"
+            f" expected an id 0-{NUM_CLASSES - 1} or one of {', '.join(LABEL_NAMES)}"
+        )
+    return LabelledTitles(texts.str.strip().tolist(), labels.to_numpy(dtype=np.int64), source)
+
+
+def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str) -> str:
+    for name in candidates:
+        if name in frame.columns:
+            return name
+    raise DataError(
+        f"{source}: no {what} column (expected one of {', '.join(candidates)}; found {', '.join(map(str, frame.columns))})"
+    )
+
+
+_NAME_TO_ID = {name: i for i, name in enumerate(LABEL_NAMES)}
+
+
+def _label_id(value) -> float:
+    """Class id for an id (int or digit string) or a Korean label name; NaN when unknown."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return float(value) if 0 <= value < NUM_CLASSES else np.nan
+    text = str(value).strip()
+    if text in _NAME_TO_ID:
+        return float(_NAME_TO_ID[text])
+    if text.isdigit() and int(text) < NUM_CLASSES:
+        return float(text)
+    return np.nan
+
+
+def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
+    """KLUE YNAT from the hub's parquet files, cached by huggingface_hub."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(repo_id=repo, repo_type="dataset", allow_patterns=[f"{config}/{split}-*"])
+    except Exception as err:  # offline, DNS, auth: all end the same way for the user
+        raise ResourceError(
+            f"could not get {repo} ({config}/{split}) from the Hugging Face hub and no cached copy exists "
+            f"({type(err).__name__}); to run offline pass data.path=/path/to/train.tsv "
+            f"(and data.validation_path= for a validation file)"
+        ) from None
+    files = sorted(Path(local, config).glob(f"{split}-*.parquet"))
+    if not files:
+        raise ResourceError(f"{repo}: no {config}/{split} parquet files on the hub; pass data.path= instead")
+    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}")
+
+
+def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> LabelledTitles:
+    if limit is None or limit >= len(data):
+        return data
+    indices, _ = train_test_split(
+        np.arange(len(data)), train_size=limit, stratify=data.labels, random_state=seed
+    )
+    return data.subset(np.sort(indices))
+
+
+def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere."""
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]

@@ -1,0 +1,107 @@
+"""Batches of pre-encoded titles: length buckets and per-batch padding.
+
+Titles are short (mean ~18 KoBERT pieces, longest ~33 on YNAT), so padding each batch to its own
+longest title, and grouping similar lengths into a batch, removes most of the padded work the
+original notebook did. Buckets are re-drawn and shuffled every epoch, so training stays random.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from klue_tc.config import DataConfig
+from klue_tc.tokenizers import EncodedTitles
+
+
+class PaddedBatches(Dataset):
+    """Indexed by a list of title indices (from a batch sampler); returns one padded batch."""
+
+    def __init__(self, encoded: EncodedTitles, labels: Optional[np.ndarray], pad_id: int,
+                 pad_to: Optional[int] = None):
+        self.ids, self.offsets, self.lengths = encoded.ids, encoded.offsets, encoded.lengths
+        self.labels, self.pad_id, self.pad_to = labels, pad_id, pad_to
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, indices) -> dict[str, torch.Tensor]:
+        indices = np.asarray(indices)
+        lengths = self.lengths[indices]
+        width = self.pad_to or int(lengths.max())
+        positions = np.arange(width)
+        real = positions < lengths[:, None]
+        gather = np.minimum(self.offsets[indices][:, None] + positions, len(self.ids) - 1)
+        input_ids = np.where(real, self.ids[gather], self.pad_id)
+        batch = {"input_ids": torch.from_numpy(input_ids.astype(np.int64)),
+                 "index": torch.from_numpy(indices.astype(np.int64))}
+        if self.labels is not None:
+            batch["labels"] = torch.from_numpy(self.labels[indices].astype(np.int64))
+        return batch
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Shuffle, sort by length within pools of `multiplier` batches, cut, shuffle the batches."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0,
+                 bucketing: bool = True, multiplier: int = 50):
+        self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
+        self.bucketing, self.pool = bucketing, batch_size * multiplier
+        self.seed, self.epoch = seed, 0
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng(self.seed + self.epoch)
+        self.epoch += 1
+        order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
+        if self.bucketing:
+            if self.shuffle:
+                pools = [order[i:i + self.pool] for i in range(0, len(order), self.pool)]
+                order = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in pools])
+            else:  # evaluation: one global sort gives the least padding
+                order = order[np.argsort(self.lengths[order], kind="stable")]
+        batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        if self.shuffle and self.bucketing:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return iter(batches)
+
+
+@dataclass
+class EncodedSplit:
+    encoded: EncodedTitles
+    labels: Optional[np.ndarray]
+
+
+def make_loader(split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0,
+                pad_to: Optional[int] = None) -> DataLoader:
+    sampler = BucketBatchSampler(
+        split.encoded.lengths, cfg.batch_size if train else cfg.eval_batch_size, shuffle=train,
+        seed=seed, bucketing=cfg.bucketing, multiplier=cfg.bucket_size_multiplier,
+    )
+    dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to)
+    return DataLoader(
+        dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
+        persistent_workers=cfg.num_workers > 0, pin_memory=torch.cuda.is_available(),
+    )
+
+
+class FoldDataModule(L.LightningDataModule):
+    """One fold's train and validation titles, already encoded by that fold's tokenizer."""
+
+    def __init__(self, train: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int):
+        super().__init__()
+        self.train, self.val, self.cfg, self.pad_id, self.seed = train, val, cfg, pad_id, seed
+        # The notebook's path pads everything to the longest training title.
+        self.pad_to = int(train.encoded.lengths.max())
+
+    def train_dataloader(self) -> DataLoader:
+        return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+
+    def val_dataloader(self) -> DataLoader:
+        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)

@@ -1,0 +1,105 @@
+"""One fold: fit (or load) its tokenizer, encode, train with Lightning, return its record."""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.loggers import Logger
+
+from klue_tc.callbacks import FoldMonitor
+from klue_tc.config import RunConfig, TrainerConfig
+from klue_tc.data import LabelledTitles
+from klue_tc.datamodule import EncodedSplit, FoldDataModule
+from klue_tc.module import TopicClassifierModule
+from klue_tc.tokenizers import Tokenizer, TokenizerCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedFold:
+    tokenizer: Tokenizer
+    tokenizer_key: str
+    train: EncodedSplit
+    val: EncodedSplit
+
+
+def prepare_fold(run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, val_idx: np.ndarray,
+                 cache: TokenizerCache) -> PreparedFold:
+    """The tokenizer sees the fold's training titles only; all titles are encoded once and cached."""
+    train_part = data.subset(train_idx)
+    tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
+    encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
+    return PreparedFold(
+        tokenizer, key,
+        EncodedSplit(encoded.take(train_idx), data.labels[train_idx]),
+        EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
+    )
+
+
+def uses_gpu(cfg: TrainerConfig) -> bool:
+    return cfg.accelerator in ("gpu", "cuda") or (cfg.accelerator == "auto" and torch.cuda.is_available())
+
+
+def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list) -> L.Trainer:
+    precision = cfg.precision or ("bf16-mixed" if uses_gpu(cfg) else "32-true")
+    show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
+    if show_bar:
+        callbacks = [*callbacks, RichProgressBar()]
+    return L.Trainer(
+        accelerator=cfg.accelerator, devices=cfg.devices, precision=precision, max_epochs=cfg.max_epochs,
+        gradient_clip_val=cfg.gradient_clip_val, logger=logger or False, callbacks=callbacks,
+        enable_progress_bar=show_bar, enable_model_summary=False, log_every_n_steps=cfg.log_every_n_steps,
+        deterministic=cfg.deterministic, default_root_dir=str(fold_dir), num_sanity_val_steps=0,
+        fast_dev_run=cfg.fast_dev_run, limit_train_batches=cfg.limit_train_batches,
+    )
+
+
+class EpochLine(L.Callback):
+    """One log line per epoch, for runs without a progress bar (CI, sweeps, SLURM logs)."""
+
+    def __init__(self, fold: int):
+        self.fold = fold
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            m = trainer.callback_metrics
+            log.info("fold %d epoch %d/%d: val macro-F1 %.4f, accuracy %.4f", self.fold, trainer.current_epoch + 1,
+                     trainer.max_epochs, float(m["val/f1"]), float(m["val/accuracy"]))
+
+
+def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path,
+               logger: Optional[Logger], job_start: float) -> dict:
+    L.seed_everything(run.seed, workers=True, verbose=False)
+    module = TopicClassifierModule.from_configs(
+        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
+    if run.trainer.compile:
+        module.model = torch.compile(module.model, dynamic=True)
+    datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
+    monitor = FoldMonitor(job_start)
+    checkpoint = ModelCheckpoint(dirpath=str(fold_dir), filename="best", monitor="val/f1", mode="max",
+                                 save_top_k=1, save_weights_only=True, enable_version_counter=False)
+    early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
+    trainer = make_trainer(run.trainer, fold_dir, logger, [monitor, checkpoint, early_stop, EpochLine(fold)])
+    trainer.fit(module, datamodule=datamodule)
+    tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
+    return {
+        "fold": fold,
+        "f1": monitor.best_f1,
+        "accuracy": monitor.best_accuracy,
+        "best_epoch": monitor.best_epoch,
+        "epochs_run": trainer.current_epoch,
+        "train_samples_per_s": monitor.samples_per_s,
+        "time_to_first_step_s": monitor.time_to_first_step,
+        "train_size": len(prepared.train.encoded),
+        "val_size": len(prepared.val.encoded),
+        "checkpoint": str(Path(checkpoint.best_model_path).resolve()) if checkpoint.best_model_path else None,
+        "tokenizer_dir": str(tokenizer_dir.resolve()),
+    }

@@ -1,0 +1,52 @@
+"""Class probabilities from trained fold models, alone or as an ensemble."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from klue_tc.config import DataConfig
+from klue_tc.datamodule import EncodedSplit, make_loader
+from klue_tc.module import TopicClassifierModule
+from klue_tc.tokenizers import EncodedTitles, Tokenizer, load_tokenizer
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@torch.inference_mode()
+def predict_probs(module: TopicClassifierModule, tokenizer: Tokenizer, texts: Sequence[str],
+                  batch_size: int = 512, device: torch.device | None = None) -> np.ndarray:
+    """(n, classes) probabilities in the order of `texts` (batches are length-sorted inside)."""
+    device = device or default_device()
+    module.eval().to(device)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
+    loader = make_loader(EncodedSplit(encoded, None), DataConfig(eval_batch_size=batch_size), tokenizer.specials.pad, train=False)
+    chunks = []
+    for batch in loader:
+        logits = module(batch["input_ids"].to(device))
+        chunks.append((batch["index"].numpy(), torch.softmax(logits.float(), -1).cpu().numpy()))
+    probs = np.zeros((len(texts), chunks[0][1].shape[1]), dtype=np.float32)
+    for index, p in chunks:
+        probs[index] = p
+    return probs
+
+
+def load_fold(record: dict, device: torch.device | None = None) -> tuple[TopicClassifierModule, Tokenizer]:
+    checkpoint = record.get("checkpoint")
+    if not checkpoint or not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"fold {record.get('fold')}: checkpoint {checkpoint} is missing")
+    module = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location=device or default_device())
+    return module, load_tokenizer(record["tokenizer_dir"])
+
+
+def fold_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512) -> list[np.ndarray]:
+    """Each fold model's probabilities, each through its own fold's tokenizer."""
+    out = []
+    for record in records:
+        module, tokenizer = load_fold(record)
+        out.append(predict_probs(module, tokenizer, texts, batch_size))
+    return out

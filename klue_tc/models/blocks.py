@@ -1,0 +1,116 @@
+"""Sub-layers of the encoder blocks. Each takes (x, padding) where `padding` is True at pads.
+
+Padding is honoured everywhere, so appending pads never changes a real token's output:
+attention masks padded keys, BLSTMs run over packed real tokens only, convolutions see
+zeros at pads.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through torch's fused `scaled_dot_product_attention`."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        batch, length, d_model = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
+        keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
+
+    def output_layers(self) -> list[nn.Linear]:
+        return [self.out]
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def output_layers(self) -> list[nn.Linear]:
+        return [self.net[-1]]
+
+
+def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Tensor):
+    """Run `lstm` over the real tokens only; returns (outputs padded with zeros, h_n)."""
+    lengths = (~padding).sum(1).cpu()
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, (h_n, _) = lstm(packed)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+    return out, h_n
+
+
+class BLSTMSublayer(nn.Module):
+    """TRANS-BLSTM's BLSTM: hidden d per direction, 2d out, projected back to d."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.lstm = nn.LSTM(d_model, d_model, batch_first=True, bidirectional=True)
+        self.proj = nn.Linear(2 * d_model, d_model)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        out, _ = packed_lstm(self.lstm, x, padding)
+        return self.proj(out)
+
+    def output_layers(self) -> list[nn.Linear]:
+        return [self.proj]
+
+
+class FFNWithBLSTM(nn.Module):
+    """The paper's TRANS-BLSTM: BLSTM output added beside the FFN output, one residual."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+        super().__init__()
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.blstm = BLSTMSublayer(d_model)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.ffn(x, padding) + self.blstm(x, padding)
+
+    def output_layers(self) -> list[nn.Linear]:
+        return self.ffn.output_layers() + self.blstm.output_layers()
+
+
+class ConvSublayer(nn.Module):
+    """Conv1d (same padding) over the sequence; pads are zeroed first so they add nothing."""
+
+    def __init__(self, d_model: int, channels: int, kernel: int, dropout: float):
+        super().__init__()
+        self.conv = nn.Conv1d(d_model, channels, kernel, padding=kernel // 2)
+        self.proj = nn.Linear(channels, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        x = x.masked_fill(padding[..., None], 0.0)
+        y = torch.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        return self.proj(self.drop(y))
+
+    def output_layers(self) -> list[nn.Linear]:
+        return [self.proj]
+
+
+class Residual(nn.Module):
+    """x + sublayer(x) with LayerNorm after (post-LN, the original) or before (pre-LN)."""
+
+    def __init__(self, sublayer: nn.Module, d_model: int, dropout: float, pre_ln: bool):
+        super().__init__()
+        self.sublayer, self.pre_ln = sublayer, pre_ln
+        self.norm, self.drop = nn.LayerNorm(d_model), nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        if self.pre_ln:
+            return x + self.drop(self.sublayer(self.norm(x), padding))
+        return self.norm(x + self.drop(self.sublayer(x, padding)))

@@ -1,0 +1,92 @@
+"""Embeddings and the stack of encoder blocks for every variant."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from klue_tc.config import EncoderConfig, EncoderKind, LayerNormPlacement
+from klue_tc.models.blocks import (
+    BLSTMSublayer, ConvSublayer, FeedForward, FFNWithBLSTM, Residual, SelfAttention,
+)
+
+
+def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
+    position = torch.arange(length)[:, None]
+    frequency = torch.exp(-torch.arange(0, d_model, 2) * math.log(10000.0) / d_model)
+    table = torch.zeros(length, d_model)
+    table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+    return table
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d) plus positions, then dropout.
+
+    Positions: `sinusoidal` (fixed table, as in the original), `scaled_sinusoidal` (the same table
+    times a learned gain that starts at d^-0.5, as in Hua et al. 2022) or `learned`. With the
+    fixed table at full strength every token looks different at every position, and a
+    from-scratch model needs many more steps before it learns anything (measured in the README).
+    """
+
+    def __init__(self, vocab_size: int, cfg: EncoderConfig, pad_id: int):
+        super().__init__()
+        self.scale = math.sqrt(cfg.d_model)
+        self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        if cfg.positions == "learned":
+            self.positions = nn.Parameter(torch.zeros(cfg.max_positions, cfg.d_model))
+            nn.init.normal_(self.positions, std=0.02)
+        else:
+            self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        gain = cfg.d_model ** -0.5 if cfg.positions == "scaled_sinusoidal" else 1.0
+        self.position_gain = nn.Parameter(torch.tensor(gain), requires_grad=cfg.positions == "scaled_sinusoidal")
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = self.positions[: input_ids.size(1)] * self.position_gain
+        return self.drop(self.tokens(input_ids) * self.scale + positions)
+
+
+def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
+    """What follows attention in one block, per encoder variant."""
+    d = cfg.d_model
+    if cfg.name == EncoderKind.transformer:
+        return [FeedForward(d, cfg.ffn_dim, cfg.dropout)]
+    if cfg.name == EncoderKind.trans_blstm:  # TRANS-BLSTM-SMALL: the BLSTM replaces the FFN
+        return [BLSTMSublayer(d)]
+    if cfg.name == EncoderKind.trans_blstm_parallel:
+        return [FFNWithBLSTM(d, cfg.ffn_dim, cfg.dropout)]
+    if cfg.name == EncoderKind.cnn:
+        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout), FeedForward(d, cfg.ffn_dim, cfg.dropout)]
+    raise ValueError(f"unknown encoder {cfg.name}")
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        pre_ln = cfg.ln == LayerNormPlacement.pre
+        sublayers = [SelfAttention(cfg.d_model, cfg.heads, cfg.dropout), *position_wise_sublayer(cfg)]
+        self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        for sublayer in self.sublayers:
+            x = sublayer(x, padding)
+        return x
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size: int, cfg: EncoderConfig, pad_id: int):
+        super().__init__()
+        self.embeddings = Embeddings(vocab_size, cfg, pad_id)
+        self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.layers))
+        # Pre-LN leaves the residual stream un-normalised; one final norm as in pre-LN Transformers.
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.ln == LayerNormPlacement.pre else nn.Identity()
+
+    def residuals(self) -> list[Residual]:
+        return [sublayer for block in self.blocks for sublayer in block.sublayers]
+
+    def forward(self, input_ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        x = self.embeddings(input_ids)
+        for block in self.blocks:
+            x = block(x, padding)
+        return self.final_norm(x)

@@ -1,0 +1,126 @@
+"""LightningModule: loss, token-masking augmentation, torchmetrics F1/accuracy, AdamW + schedule."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
+from klue_tc.data import NUM_CLASSES
+from klue_tc.models import build_classifier
+from klue_tc.tokenizers import SpecialIds
+
+
+def _metrics(prefix: str) -> MetricCollection:
+    return MetricCollection(
+        {"f1": MulticlassF1Score(NUM_CLASSES, average="macro"), "accuracy": MulticlassAccuracy(NUM_CLASSES, average="micro")},
+        prefix=prefix,
+    )
+
+
+def mask_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """The original study's augmentation: in titles of at least `min_len` tokens, each real
+    non-special token becomes [MASK] with probability p."""
+    real = input_ids.ne(specials.pad) & input_ids.ne(specials.cls) & input_ids.ne(specials.sep)
+    long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
+    return input_ids.masked_fill(real & long_enough & draw, specials.mask)
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+
+    return factor
+
+
+class TopicClassifierModule(L.LightningModule):
+    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict):
+        super().__init__()
+        # Plain dicts in hparams keep checkpoints loadable without this package's dataclasses.
+        self.save_hyperparameters()
+        self.specials = SpecialIds(**specials)
+        self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
+        self.model = build_classifier(vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES)
+        self.loss = nn.CrossEntropyLoss(label_smoothing=self.optim_cfg.label_smoothing)
+        self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
+
+    @classmethod
+    def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
+                     optim: OptimConfig, augment: AugmentConfig) -> "TopicClassifierModule":
+        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        input_ids = batch["input_ids"]
+        if self.augment_cfg.p > 0:
+            input_ids = mask_tokens(input_ids, self.specials, self.augment_cfg.p, self.augment_cfg.min_len)
+        logits = self(input_ids)
+        loss = self.loss(logits, batch["labels"])
+        self.train_metrics.update(logits.detach(), batch["labels"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.train_metrics.compute())
+        self.train_metrics.reset()
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        logits = self(batch["input_ids"])
+        self.log("val/loss", self.loss(logits, batch["labels"]), batch_size=len(logits))
+        self.val_metrics.update(logits, batch["labels"])
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_dict(self.val_metrics.compute(), prog_bar=True)
+        self.val_metrics.reset()
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"index": batch["index"], "probs": torch.softmax(self(batch["input_ids"]).float(), dim=-1)}
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.optim_cfg
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            # Norms, biases and embeddings are not decayed, as usual for Transformers.
+            (no_decay if param.dim() < 2 or "embeddings" in name else decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=tuple(cfg.betas),
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(cfg.warmup_ratio * total)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _plain(cfg) -> dict:
+    """Dataclass to a dict of plain values (enums by value) for hparams."""
+    return {k: (v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
+
+
+def _encoder_cfg(values: dict) -> EncoderConfig:
+    from klue_tc.config import EncoderKind, LayerNormPlacement
+
+    values = dict(values)
+    values["name"], values["ln"] = EncoderKind(values["name"]), LayerNormPlacement(values["ln"])
+    return EncoderConfig(**values)
+
+
+def _head_cfg(values: dict) -> HeadConfig:
+    from klue_tc.config import HeadKind
+
+    return HeadConfig(**{**values, "name": HeadKind(values["name"])})

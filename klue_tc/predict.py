@@ -1,0 +1,120 @@
+"""Topic of new headlines from a finished run: the average of its fold models' probabilities.
+
+    python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성전자, 새 반도체 공장 착공"
+    python -m klue_tc.predict RUN_DIR --file titles.txt --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from klue_tc.data import LABEL_NAMES
+from klue_tc.errors import KlueTcError, ResourceError
+
+log = logging.getLogger(__name__)
+
+
+class PredictError(KlueTcError):
+    """The run directory or the titles cannot be used for prediction."""
+
+
+def fold_records(run_dir: str | Path) -> list[dict]:
+    """The run's fold records whose checkpoint is on disk; at least one, or a one-line error."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PredictError(f"{run_dir}: no such run directory")
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.is_file():
+        jobs = sorted(p.parent for p in run_dir.glob("*/metrics.json"))
+        if jobs:  # a sweep directory: its jobs are different configurations, not one model
+            raise PredictError(f"{run_dir} is a sweep directory ({len(jobs)} jobs); pass one job's run directory, "
+                               f"e.g. {jobs[0]}")
+        raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
+    try:
+        folds = json.loads(metrics_path.read_text(encoding="utf-8"))["folds"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
+    listed = [r for r in folds if r.get("checkpoint")]
+    present = [r for r in listed if Path(r["checkpoint"]).is_file() and Path(r.get("tokenizer_dir") or "").is_dir()]
+    if not present:
+        raise ResourceError(f"{run_dir}: no fold checkpoint on disk ({len(listed)} listed in metrics.json)")
+    if len(present) < len(listed):
+        missing = sorted(r["fold"] for r in listed if r not in present)
+        log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))
+    return present
+
+
+def predict_titles(run_dir: str | Path, titles: Sequence[str], batch_size: int = 512) -> list[tuple[str, float]]:
+    """(label name, ensemble probability) for each title, in order."""
+    titles = [t.strip() for t in titles]
+    empty = [i for i, t in enumerate(titles) if not t]
+    if empty:
+        raise PredictError(f"title {empty[0] + 1} is empty")
+    if not titles:
+        return []
+    records = fold_records(run_dir)
+    from klue_tc.inference import fold_probs  # torch/lightning only once the inputs are known to be good
+
+    probs = np.mean(fold_probs(records, titles, batch_size), axis=0)
+    best = probs.argmax(axis=1)
+    return [(LABEL_NAMES[k], float(p[k])) for k, p in zip(best, probs)]
+
+
+def read_titles(path: Path) -> list[str]:
+    if not path.is_file():
+        raise PredictError(f"{path}: file not found")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError:
+        raise PredictError(f"{path}: undecodable bytes (the file must be UTF-8)") from None
+    return [line.strip() for line in lines if line.strip()]
+
+
+def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fold-ensemble prediction")
+    table.add_column("title", overflow="fold")
+    table.add_column("label")
+    table.add_column("probability", justify="right")
+    for title, (label, prob) in zip(titles, predictions):
+        table.add_row(title, label, f"{prob:.4f}")
+    Console().print(table)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m klue_tc.predict", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.json and fold checkpoints")
+    parser.add_argument("titles", nargs="*", help="headlines to classify")
+    parser.add_argument("--file", type=Path, help="UTF-8 text file, one headline a line (blank lines skipped)")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error("--batch-size must be positive")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        titles = [t.strip() for t in args.titles] + (read_titles(args.file) if args.file else [])
+        if not titles:
+            raise PredictError("no titles given (pass them as arguments or with --file)")
+        predictions = predict_titles(args.run_dir, titles, args.batch_size)
+    except (KlueTcError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        for title, (label, prob) in zip(titles, predictions):
+            print(json.dumps({"title": title, "label": label, "probability": prob}, ensure_ascii=False))
+    else:
+        print_table(titles, predictions)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Hydra callback: when a multirun ends, write the sweep's report into its directory."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+class SweepReportCallback(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from klue_tc.report import write_report
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            write_report(sweep_dir, log_to_wandb=config.logger.name == "wandb",
+                         wandb_cfg=config.logger.get("wandb"), group=config.get("sweep") or config.get("experiment"))
+        except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
+            log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)

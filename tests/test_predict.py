@@ -1,0 +1,93 @@
+"""Fold-ensemble prediction from a tiny run trained end to end by the real job."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from klue_tc.data import LABEL_NAMES
+from klue_tc.predict import main, predict_titles
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = {
+    "IT과학": ["인공지능", "반도체", "스마트폰", "클라우드", "로봇", "데이터", "소프트웨어", "위성"],
+    "스포츠": ["축구", "야구", "농구", "선수", "우승", "감독", "리그", "올림픽"],
+    "정치": ["국회", "대통령", "선거", "여당", "야당", "장관", "법안", "정부"],
+}
+TITLES = ["축구 대표팀 감독 우승 소감", "반도체 데이터 센터 투자 발표", "국회 법안 처리 여야 합의"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("predict")
+    rng = random.Random(0)
+    rows = ["title\tlabel"] + [f"{' '.join(rng.sample(words, 3))} 발표\t{label}"
+                               for label, words in WORDS.items() for _ in range(20)]
+    (tmp / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    overrides = [f"data.path={tmp / 'train.tsv'}", "cv.folds=2", "trainer.max_epochs=2", "trainer.accelerator=cpu",
+                 "logger=none", "encoder.d_model=32", "encoder.ffn_dim=64", "encoder.heads=2", "encoder.layers=1",
+                 "head.hidden=32", "tokenizer.vocab_size=200", "data.batch_size=16",
+                 f"hydra.run.dir={tmp / 'run'}", f"results.dir={tmp / 'results'}"]
+    done = subprocess.run([sys.executable, "-m", "klue_tc", *overrides], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "KLUE_TC_CACHE": str(tmp / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp / "run"
+
+
+def test_predict_titles(run_dir: Path):
+    predictions = predict_titles(run_dir, TITLES, batch_size=2)
+
+    assert len(predictions) == len(TITLES)
+    for label, prob in predictions:
+        assert label in LABEL_NAMES
+        assert 0.0 < prob <= 1.0
+        assert prob >= 1 / len(LABEL_NAMES)  # the arg-max of a 7-way distribution
+
+
+def test_cli_json_from_a_file(run_dir: Path, tmp_path: Path, capsys):
+    titles = tmp_path / "titles.txt"
+    titles.write_text(f"{TITLES[0]}\n\n   \n{TITLES[1]}\n", encoding="utf-8")
+
+    assert main([str(run_dir), "--file", str(titles), "--json", "--batch-size", "4"]) == 0
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["title"] for line in lines] == TITLES[:2]  # blank lines skipped
+    assert all(line["label"] in LABEL_NAMES and 0.0 < line["probability"] <= 1.0 for line in lines)
+
+
+def test_cli_table(run_dir: Path, capsys):
+    assert main([str(run_dir), TITLES[2]]) == 0
+    out = capsys.readouterr().out
+    assert "probability" in out and any(name in out for name in LABEL_NAMES)
+
+
+def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys):
+    assert main([str(tmp_path / "nowhere"), "제목"]) == 2
+    assert capsys.readouterr().err.startswith("error:")
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "0" / "metrics.json").write_text((run_dir / "metrics.json").read_text(encoding="utf-8"), encoding="utf-8")
+    assert main([str(sweep), "제목"]) == 2
+    assert "sweep directory" in capsys.readouterr().err
+
+    broken = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    for record in broken["folds"]:
+        record["checkpoint"] = str(tmp_path / "gone.ckpt")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "metrics.json").write_text(json.dumps(broken), encoding="utf-8")
+    assert main([str(tmp_path / "broken"), "제목"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "checkpoint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_subprocess_error_has_no_traceback(tmp_path: Path):
+    done = subprocess.run([sys.executable, "-m", "klue_tc.predict", str(tmp_path), "제목"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "metrics.json" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,168 @@
+"""The F1 comparison table from synthetic metrics.json files laid out as a sweep would leave them."""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from klue_tc.report import CSV_COLUMNS, TABLE_KEY, f1_tables, write_report
+
+FOLDS = 3
+# (tokenizer, encoder, ln, layers) present in the synthetic sweep; mecab lacks some cells.
+CONFIGS = [(tok, enc, ln, layers)
+           for tok in ("sentencepiece", "mecab")
+           for enc, ln in (("transformer", "post"), ("transformer", "pre"), ("trans_blstm", "post"))
+           for layers in (2, 4, 6)
+           if not (tok == "mecab" and (layers == 6 or enc == "trans_blstm" and layers == 4))]
+
+
+def fold_f1(config_index: int, fold: int) -> float:
+    return float(np.random.default_rng(config_index * 10 + fold).uniform(0.5, 0.9))
+
+
+def metrics(tok, enc, ln, layers, folds, head="cls", key=None) -> dict:
+    key = key or f"{tok}-{enc}-{ln}-{layers}-{head}"
+    return {"experiment": enc, "encoder": enc, "ln": ln, "layers": layers, "head": head, "tokenizer": tok,
+            "config_hash": key, "sweep": "test", "cv_folds": FOLDS,
+            "folds": [{"fold": k, "f1": f1, "accuracy": f1 + 0.05, "best_epoch": 1, "train_samples_per_s": 1000.0 + k,
+                       "checkpoint": None, "tokenizer_dir": None} for k, f1 in folds]}
+
+
+def write_metrics(path: Path, payload: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.json").write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.fixture
+def sweep_dir(tmp_path: Path) -> Path:
+    """One job directory per (configuration, fold), as `make sweep` leaves them, plus odd cases."""
+    sweep = tmp_path / "sweep"
+    job = 0
+    for i, (tok, enc, ln, layers) in enumerate(CONFIGS):
+        n_folds = 1 if (tok, enc, ln, layers) == ("mecab", "trans_blstm", "post", 2) else FOLDS
+        for k in range(n_folds):
+            write_metrics(sweep / str(job), metrics(tok, enc, ln, layers, [(k, fold_f1(i, k))]))
+            job += 1
+    # A resumed job that re-reported a finished fold: counted once.
+    write_metrics(sweep / "rerun", metrics(*CONFIGS[0], [(0, fold_f1(0, 0))]))
+    # Not metrics files: ignored.
+    (sweep / "results" / "abc").mkdir(parents=True)
+    (sweep / "results" / "abc" / "fold0.json").write_text("{}")
+    return sweep
+
+
+def expected(tok, enc, ln, layers) -> tuple[float, float, int]:
+    i = CONFIGS.index((tok, enc, ln, layers))
+    n = 1 if (tok, enc, ln, layers) == ("mecab", "trans_blstm", "post", 2) else FOLDS
+    values = np.array([fold_f1(i, k) for k in range(n)])
+    return float(values.mean()), float(values.std(ddof=1)) if n > 1 else 0.0, n
+
+
+def test_table_values_and_layout(sweep_dir: Path):
+    summary = write_report(sweep_dir)
+
+    assert list(summary.columns) == CSV_COLUMNS
+    assert len(summary) == len(CONFIGS)
+    for row in summary.itertuples():
+        mean, std, n = expected(row.tokenizer, row.encoder, row.ln, row.layers)
+        assert row.f1_mean == pytest.approx(mean, abs=1e-12)
+        assert row.f1_std == pytest.approx(std, abs=1e-12)
+        assert row.folds == n
+
+    tables = f1_tables(summary)
+    assert list(tables) == ["sentencepiece", "mecab"]
+    sp, mecab = tables["sentencepiece"], tables["mecab"]
+    assert list(sp.index) == ["transformer / post", "transformer / pre", "trans_blstm / post"]
+    assert list(sp.columns) == [2, 4, 6]
+    assert list(mecab.columns) == [2, 4]  # only the layer counts present
+    mean, std, _ = expected("sentencepiece", "trans_blstm", "post", 4)
+    assert sp.loc["trans_blstm / post", 4] == f"{mean:.4f} ± {std:.4f} (n=3)"
+    mean, _, _ = expected("mecab", "trans_blstm", "post", 2)
+    assert mecab.loc["trans_blstm / post", 2] == f"{mean:.4f} ± 0.0000 (n=1)"
+    assert mecab.loc["trans_blstm / post", 4] == "–"
+
+
+def test_files_written(sweep_dir: Path):
+    summary = write_report(sweep_dir)
+
+    markdown = (sweep_dir / "report.md").read_text(encoding="utf-8")
+    assert markdown.count("## tokenizer: ") == 2
+    assert "| encoder / LN | 2 layers | 4 layers | 6 layers |" in markdown
+    mean, std, _ = expected("sentencepiece", "transformer", "pre", 6)
+    assert f"{mean:.4f} ± {std:.4f} (n=3)" in markdown
+
+    csv = pd.read_csv(sweep_dir / "report.csv")
+    assert list(csv.columns) == CSV_COLUMNS
+    pd.testing.assert_frame_equal(csv, summary, check_dtype=False)
+    assert csv["train_samples_per_s"].iloc[0] == pytest.approx(1001.0)  # mean of 1000, 1001, 1002
+
+    assert (sweep_dir / "f1_by_layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_run_directory_and_heads(tmp_path: Path):
+    """A single run's metrics.json holds all folds; two heads put the head into the row label."""
+    write_metrics(tmp_path / "a", metrics("kobert", "cnn", "post", 3, [(0, 0.7), (1, 0.8)], head="cls"))
+    write_metrics(tmp_path / "b", metrics("kobert", "cnn", "post", 3, [(0, 0.6), (1, 0.65), (2, 0.7)], head="mean"))
+
+    tables = f1_tables(write_report(tmp_path))
+
+    table = tables["kobert"]
+    assert list(table.index) == ["cnn / post / cls", "cnn / post / mean"]
+    assert table.loc["cnn / post / cls", 3] == f"0.7500 ± {np.std([0.7, 0.8], ddof=1):.4f} (n=2)"
+    assert table.loc["cnn / post / mean", 3] == f"0.6500 ± {np.std([0.6, 0.65, 0.7], ddof=1):.4f} (n=3)"
+
+
+def test_cli_on_a_directory_without_results(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([sys.executable, "-m", "klue_tc.report", str(tmp_path / "empty")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("error:") and "metrics.json" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "empty" / "report.md").exists()
+
+
+@pytest.fixture
+def offline_wandb(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR"):
+        path = tmp_path / "wandb_env" / name.lower()
+        path.mkdir(parents=True)
+        monkeypatch.setenv(name, str(path))
+
+
+def test_wandb_offline_run_holds_the_table(sweep_dir: Path, offline_wandb):
+    # The sweep callback passes the logger's DictConfig as it is.
+    wandb_cfg = OmegaConf.create({"project": "klue_tc_test", "entity": None, "mode": "offline", "group": None})
+
+    write_report(sweep_dir, log_to_wandb=True, wandb_cfg=wandb_cfg, group="test-sweep")
+
+    runs = list((sweep_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    assert TABLE_KEY.encode() in runs[0].read_bytes()
+    assert (sweep_dir / "report.md").is_file()
+
+
+def test_wandb_failure_is_one_warning(sweep_dir: Path, offline_wandb, monkeypatch, caplog):
+    import wandb
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no W&B today\nsecond line")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
+        summary = write_report(sweep_dir, log_to_wandb=True, wandb_cfg={"project": "p"}, group="g")
+
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "no W&B today" in warnings[0].getMessage()
+    assert len(summary) == len(CONFIGS)
+    for name in ("report.md", "report.csv", "f1_by_layers.png"):
+        assert (sweep_dir / name).is_file()
