@@ -4,10 +4,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from klue_tc import cli_errors
 from klue_tc.config import register_schemas
-from klue_tc.errors import KlueTcError
 
 register_schemas()
+cli_errors.install()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -16,9 +17,10 @@ def main(cfg: DictConfig) -> float:
 
     try:
         return run_job(cfg)
-    except KlueTcError as err:  # bad input or config: one line, no traceback
+    except cli_errors.KlueTcError as err:
+        # Bad input or config: one line and exit 2, without Hydra's "Error executing job" line.
         print(f"error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(cli_errors.USER_ERROR_EXIT)
 
 
 if __name__ == "__main__":

@@ -174,10 +174,14 @@ class RunConfig:
     results: ResultsConfig = field(default_factory=ResultsConfig)
 
 
+def job_config(cfg: DictConfig) -> dict:
+    """The job's own config, resolved, without Hydra's section."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+
+
 def validate(cfg: DictConfig) -> RunConfig:
     """Merge a composed config onto the schema; any mismatch becomes one ConfigError line."""
-    user = OmegaConf.to_container(cfg, resolve=True)
-    user.pop("hydra", None)
+    user = job_config(cfg)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), user)
         run: RunConfig = OmegaConf.to_object(merged)

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from klue_tc.config import DataConfig, RunConfig, validate
+from klue_tc.config import DataConfig, RunConfig, job_config, validate
 from klue_tc.data import (
     LabelledTitles, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
 )
@@ -93,8 +93,7 @@ def run_job(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved.pop("hydra", None)
+    resolved = job_config(cfg)
     # The config that produced every number in this directory, resolved, beside metrics.json.
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
 

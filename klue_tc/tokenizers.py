@@ -21,7 +21,7 @@ import numpy as np
 import sentencepiece as spm
 
 from klue_tc.config import TokenizerConfig, TokenizerKind
-from klue_tc.errors import ResourceError
+from klue_tc.errors import ConfigError, ResourceError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 META_FILE = "tokenizer.json"
@@ -88,6 +88,19 @@ class SentencePieceTokenizer(Tokenizer):
     @classmethod
     def train(cls, texts: Sequence[str], cfg: TokenizerConfig) -> "SentencePieceTokenizer":
         model = io.BytesIO()
+        try:
+            cls._train(texts, cfg, model)
+        except RuntimeError as err:
+            if "Vocabulary size is smaller than required_chars" in str(err):
+                needed = str(err).split(" vs ")[-1].split(".")[0]
+                raise ConfigError(
+                    f"tokenizer.vocab_size={cfg.vocab_size} is below the {needed} characters these training titles "
+                    f"need; raise tokenizer.vocab_size or lower tokenizer.character_coverage") from None
+            raise
+        return cls(model.getvalue(), TokenizerKind.sentencepiece.value, cfg.max_length)
+
+    @staticmethod
+    def _train(texts: Sequence[str], cfg: TokenizerConfig, model: io.BytesIO) -> None:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts), model_writer=model,
             vocab_size=cfg.vocab_size, model_type=cfg.model_type,
@@ -98,7 +111,6 @@ class SentencePieceTokenizer(Tokenizer):
             control_symbols="[CLS],[SEP],[MASK]",
             num_threads=1, minloglevel=2,
         )
-        return cls(model.getvalue(), TokenizerKind.sentencepiece.value, cfg.max_length)
 
 
 class MecabTokenizer(Tokenizer):

@@ -31,6 +31,7 @@ class TopicClassifier(nn.Module):
             for residual in self.encoder.residuals():
                 for layer in residual.sublayer.output_layers():
                     nn.init.zeros_(layer.weight)
+                    nn.init.zeros_(layer.bias)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         padding = input_ids.eq(self.pad_id)

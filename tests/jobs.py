@@ -1,0 +1,37 @@
+"""Run the main job in-process (Hydra's compose API) or as a user would (a subprocess)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from conftest import REPO
+from klue_tc.config import register_schemas
+
+
+def compose_job(overrides: list[str], run_dir: Path):
+    register_schemas()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def run_in_process(overrides: list[str], run_dir: Path) -> float:
+    from klue_tc.run import run_job
+
+    return run_job(compose_job(overrides, run_dir))
+
+
+def run_cli(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "klue_tc", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,105 @@
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_TRAIN, write_tsv
+from klue_tc.data import (
+    LABEL_NAMES, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
+)
+from klue_tc.errors import DataError, ResourceError
+
+
+def test_every_format_reads_the_same_titles(tmp_path, headlines):
+    expected_texts = [t for _, t in headlines]
+    expected_ids = [LABEL_NAMES.index(l) for l, _ in headlines]
+    klue_json = [{"guid": f"ynat-v1_train_{i:05d}", "title": t, "label": l, "url": "", "date": ""}
+                 for i, (l, t) in enumerate(headlines)]
+    (tmp_path / "a.json").write_text(json.dumps(klue_json, ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"title": t, "label": LABEL_NAMES.index(l)}, ensure_ascii=False)
+                                                for l, t in headlines), encoding="utf-8")
+    (tmp_path / "a.csv").write_text("title,topic_idx\n" + "\n".join(f'"{t}",{LABEL_NAMES.index(l)}' for l, t in headlines),
+                                    encoding="utf-8")
+    write_tsv(tmp_path / "a.tsv", headlines)
+    write_tsv(tmp_path / "ids.tsv", headlines, label_as_id=True)
+    for name in ("a.json", "a.jsonl", "a.csv", "a.tsv", "ids.tsv"):
+        data = read_labelled_file(tmp_path / name)
+        assert data.texts == expected_texts, name
+        assert data.labels.tolist() == expected_ids, name
+
+
+def test_quoted_title_with_a_tab_is_one_row(tmp_path):
+    path = tmp_path / "q.tsv"
+    path.write_text('label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 본회의\n', encoding="utf-8")
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민\t결승골", "국회 본회의"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "row 3: unknown label '과학'"),
+    ("label\ttext\n7\t손흥민 골\n", "row 1: unknown label '7'"),
+    ("label\ttext\n스포츠\t손흥민 골\n정치\t  \n", "row 2: empty title"),
+    ("topic\ttext\n스포츠\t손흥민 골\n", "no label column"),
+    ("label\theadline\n스포츠\t손흥민 골\n", "no title column"),
+    ("", "file is empty"),
+    ("label\ttext\n", "no data rows"),
+])
+def test_bad_input_is_one_clear_error_naming_file_and_row(tmp_path, content, message):
+    path = tmp_path / "bad.tsv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_labelled_file(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_undecodable_bytes_name_the_line(tmp_path):
+    path = tmp_path / "latin.tsv"
+    path.write_bytes("label\ttext\n스포츠\t골\n정치\tcaf".encode() + b"\xe9\n")
+    with pytest.raises(DataError, match=r"latin.tsv: line 3: undecodable bytes"):
+        read_labelled_file(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="nope.tsv: file not found"):
+        read_labelled_file(tmp_path / "nope.tsv")
+
+
+def test_hub_offline_without_cache_says_to_pass_data_path():
+    with pytest.raises(ResourceError, match="data.path="):
+        load_hub_split("klue/klue", "ynat", "train")
+
+
+PINNED_FOLD0_HEAD = [11, 13, 14, 15, 20]
+
+
+def test_folds_are_stratified_disjoint_and_deterministic():
+    labels = np.repeat(np.arange(7), [50, 40, 30, 60, 45, 35, 55])
+    folds = stratified_folds(labels, 5, seed=42)
+    again = stratified_folds(labels, 5, seed=42)
+    assert all((a[0] == b[0]).all() and (a[1] == b[1]).all() for a, b in zip(folds, again))
+    # A pinned assignment: the same on every machine and sklearn version we support.
+    assert folds[0][1][:5].tolist() == PINNED_FOLD0_HEAD
+    validation = np.concatenate([va for _, va in folds])
+    assert sorted(validation.tolist()) == list(range(len(labels)))  # every title validated exactly once
+    for train, val in folds:
+        assert not set(train) & set(val)
+        expected = np.bincount(labels) / 5
+        assert np.all(np.abs(np.bincount(labels[val], minlength=7) - expected) <= 1)
+
+
+def test_limit_is_a_stratified_deterministic_subsample(tmp_path):
+    from conftest import make_headlines
+    data = read_labelled_file(write_tsv(tmp_path / "t.tsv", make_headlines(per_class=20)))
+    small = stratified_subsample(data, 70, seed=1)
+    assert len(small) == 70
+    assert small.texts == stratified_subsample(data, 70, seed=1).texts
+    assert np.bincount(small.labels, minlength=7).tolist() == [10] * 7
+
+
+@pytest.mark.skipif(not SHARED_TRAIN.exists(), reason="../shared/data/klue-ynat-v1.1/train.tsv is not present")
+def test_shared_klue_ynat_train_loads_as_it_is():
+    data = read_labelled_file(SHARED_TRAIN)
+    assert len(data) == 45678
+    assert data.class_counts() == {"IT과학": 5235, "경제": 6118, "사회": 5133, "생활문화": 5751,
+                                   "세계": 8320, "스포츠": 7742, "정치": 7379}

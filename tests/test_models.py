@@ -1,0 +1,115 @@
+import itertools
+
+import pytest
+import torch
+
+from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement
+from klue_tc.models import build_classifier
+from klue_tc.models.encoder import Encoder
+from klue_tc.module import lr_lambda, mask_tokens
+from klue_tc.tokenizers import SpecialIds
+
+VOCAB, PAD = 50, 0
+SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+
+
+def tiny_encoder(kind: EncoderKind, ln: LayerNormPlacement = LayerNormPlacement.post, **kw) -> EncoderConfig:
+    settings = dict(layers=2, d_model=16, heads=2, ffn_dim=32, conv_channels=16, dropout=0.1)
+    return EncoderConfig(name=kind, ln=ln, **{**settings, **kw})
+
+
+def batch_of_titles(lengths=(6, 3, 9, 4), seed=0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), PAD)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(5, VOCAB, (n,), generator=g)
+        ids[row, 0], ids[row, n - 1] = 2, 3
+    return ids
+
+
+@pytest.mark.parametrize("kind, ln, head", list(itertools.product(EncoderKind, LayerNormPlacement, HeadKind)))
+def test_every_encoder_ln_and_head_runs_forward_and_backward(kind, ln, head):
+    torch.manual_seed(0)
+    model = build_classifier(VOCAB, PAD, tiny_encoder(kind, ln), HeadConfig(name=head, hidden=8), classes=7)
+    logits = model(batch_of_titles())
+    assert logits.shape == (4, 7)
+    logits.sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("kind", list(EncoderKind))
+@pytest.mark.parametrize("ln", list(LayerNormPlacement))
+def test_appending_pads_changes_no_real_token_output(kind, ln):
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, tiny_encoder(kind, ln, zero_init_residual=False), PAD).eval()
+    ids = batch_of_titles()
+    padded = torch.cat([ids, torch.full((len(ids), 7), PAD)], dim=1)
+    with torch.no_grad():
+        short = encoder(ids, ids.eq(PAD))
+        long = encoder(padded, padded.eq(PAD))
+    real = ids.ne(PAD)
+    assert torch.allclose(short[real], long[:, : ids.size(1)][real], atol=1e-5)
+
+
+@pytest.mark.parametrize("head", list(HeadKind))
+def test_heads_ignore_pads(head):
+    torch.manual_seed(0)
+    model = build_classifier(VOCAB, PAD, tiny_encoder(EncoderKind.trans_blstm, zero_init_residual=False),
+                             HeadConfig(name=head, hidden=8), 7).eval()
+    ids = batch_of_titles()
+    padded = torch.cat([ids, torch.full((len(ids), 5), PAD)], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(model(ids), model(padded), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", list(EncoderKind))
+def test_pre_and_post_layer_norm_really_differ(kind):
+    ids = batch_of_titles()
+    outputs = []
+    for ln in LayerNormPlacement:
+        torch.manual_seed(0)
+        encoder = Encoder(VOCAB, tiny_encoder(kind, ln, zero_init_residual=False), PAD).eval()
+        with torch.no_grad():
+            outputs.append(encoder(ids, ids.eq(PAD)))
+    assert not torch.allclose(outputs[0], outputs[1], atol=1e-3)
+
+
+def test_variants_differ_in_structure():
+    counts = {kind: sum(p.numel() for p in Encoder(VOCAB, tiny_encoder(kind), PAD).parameters()) for kind in EncoderKind}
+    assert len(set(counts.values())) == len(counts)
+    lstm_in = lambda kind: sum(isinstance(m, torch.nn.LSTM) for m in Encoder(VOCAB, tiny_encoder(kind), PAD).modules())
+    assert lstm_in(EncoderKind.transformer) == 0 and lstm_in(EncoderKind.trans_blstm) == 2  # one per layer
+
+
+def test_zero_initialised_residual_branches_start_as_identity_blocks():
+    from klue_tc.models.classifier import TopicClassifier
+    torch.manual_seed(0)
+    model = TopicClassifier(VOCAB, PAD, tiny_encoder(EncoderKind.transformer, LayerNormPlacement.pre, dropout=0.0),
+                            HeadConfig(), 7).eval()
+    ids = batch_of_titles()
+    with torch.no_grad():
+        states = model.encoder(ids, ids.eq(PAD))
+        expected = model.encoder.final_norm(model.encoder.embeddings(ids))
+    assert torch.allclose(states, expected, atol=1e-6)
+
+
+def test_token_masking_touches_only_real_tokens_of_long_enough_titles():
+    ids = batch_of_titles(lengths=(12, 3, 12))
+    masked = mask_tokens(ids, SPECIALS, p=0.5, min_len=5, generator=torch.Generator().manual_seed(0))
+    changed = masked.ne(ids)
+    assert changed.any()
+    assert (masked[changed] == SPECIALS.mask).all()
+    assert not changed[1].any()  # 3 tokens: below min_len
+    assert not changed[ids.eq(PAD) | ids.eq(2) | ids.eq(3)].any()  # pads and framing untouched
+    assert torch.equal(mask_tokens(ids, SPECIALS, p=0.0, min_len=1), ids)
+
+
+def test_schedule_warms_up_then_decays():
+    factor = lr_lambda("cosine", warmup_steps=10, total_steps=100)
+    values = [factor(s) for s in range(100)]
+    assert values[0] < values[5] < values[9] == 1.0
+    assert values[50] < 1.0 and values[99] < 0.01
+    linear = lr_lambda("linear", 0, 10)
+    assert [round(linear(s), 2) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]

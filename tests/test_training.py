@@ -1,0 +1,47 @@
+import json
+
+import pytest
+
+from conftest import TINY_MODEL, make_headlines, write_tsv
+from jobs import run_in_process
+
+EXPERIMENTS = ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
+CONTRACT_KEYS = {"experiment", "encoder", "ln", "layers", "head", "tokenizer", "folds", "cv_f1_mean", "cv_f1_std",
+                 "cv_accuracy_mean", "train_samples_per_s"}
+
+
+def overrides(tmp_path, data, *extra):
+    return [f"data.path={data}", f"results.dir={tmp_path / 'results'}", "logger=none", *TINY_MODEL, *extra]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_trains_a_few_steps(tmp_path, tiny_tsv, experiment):
+    run_dir = tmp_path / "run"
+    run_in_process(overrides(tmp_path, tiny_tsv, f"+experiment={experiment}", "encoder.layers=2", "cv.folds=2",
+                             "cv.fold=0", "trainer.max_epochs=1", "trainer.limit_train_batches=2"), run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert CONTRACT_KEYS <= metrics.keys()
+    assert metrics["experiment"] == experiment and metrics["layers"] == 2
+    fold = metrics["folds"][0]
+    assert {"fold", "f1", "accuracy", "best_epoch"} <= fold.keys() and fold["fold"] == 0
+    assert metrics["train_samples_per_s"] > 0
+    assert (run_dir / "fold0" / "best.ckpt").is_file() and (run_dir / "config.yaml").is_file()
+
+
+def test_a_learnable_task_reaches_f1_well_above_chance(tmp_path):
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30, seed=1))
+    run_dir = tmp_path / "run"
+    cv_f1 = run_in_process(overrides(tmp_path, data, "+experiment=transformer", "encoder.layers=2", "cv.folds=3",
+                                     "cv.fold=0", "trainer.max_epochs=12", "optim.lr=3e-3"), run_dir)
+    assert cv_f1 > 0.8  # chance is 1/7
+
+
+def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
+    results = []
+    for attempt in range(2):
+        run_dir = tmp_path / f"run{attempt}"
+        run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=trans_blstm", "encoder.layers=2", "cv.folds=2",
+                                 "cv.fold=1", "trainer.max_epochs=2", "results.resume=false"), run_dir)
+        fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
+        results.append((fold["f1"], fold["accuracy"], fold["best_epoch"]))
+    assert results[0] == results[1]
