@@ -1,0 +1,88 @@
+"""The main job as a user runs it: one process, W&B offline, metrics.json, reruns, errors."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_MODEL, make_headlines, write_tsv
+from jobs import run_cli
+
+
+def wandb_run_files(run_dir: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(run_dir.glob("wandb/offline-run-*/*.wandb"))]
+
+
+def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, tiny_tsv):
+    validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=4, seed=7))
+    run_dir = tmp_path / "run"
+    common = ["+experiment=transformer", f"data.path={tiny_tsv}", f"data.validation_path={validation}", "cv.folds=2",
+              "trainer.max_epochs=2", "encoder.layers=1", f"results.dir={tmp_path / 'results'}", *TINY_MODEL]
+    done = run_cli([*common, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [f["fold"] for f in metrics["folds"]] == [0, 1]
+    assert {"validation_f1", "validation_accuracy", "validation_per_class_f1", "cv_f1_std"} <= metrics.keys()
+    assert (run_dir / "confusion_matrix.png").stat().st_size > 1000
+    assert (run_dir / "config.yaml").read_text().count("experiment: transformer") == 1
+    last_line = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"transformer: CV macro-F1 \d\.\d{4} ± \d\.\d{4} over 2 fold\(s\); validation macro-F1 \d\.\d{4} .*",
+                        last_line)
+
+    # One offline W&B run per fold, one group, the fold as job type, val/f1 logged, CV summary in the last.
+    runs = wandb_run_files(run_dir)
+    assert len(runs) == 2
+    for fold, payload in enumerate(runs):
+        assert b"val/f1" in payload and b"transformer" in payload and f"fold{fold}".encode() in payload
+    assert b"cv/f1_mean" in runs[-1]
+
+    # Rerunning the same command trains nothing: both folds come from the results store.
+    rerun_dir = tmp_path / "rerun"
+    again = run_cli([*common, f"hydra.run.dir={rerun_dir}", "logger=none"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("already finished") == 2 and "epoch 1/2" not in again.stdout
+    rerun = json.loads((rerun_dir / "metrics.json").read_text())
+    assert rerun["cv_f1_mean"] == metrics["cv_f1_mean"] and rerun["validation_f1"] == metrics["validation_f1"]
+
+
+def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("label\ttext\n스포츠\t손흥민 골\n정치\t국회 본회의\n과학\t반도체 호황\n", encoding="utf-8")
+    done = run_cli([f"data.path={bad}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: {bad}: row 3: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
+        "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치"]
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("encoder=lstm", "error: unknown choice encoder=lstm; valid choices: cnn, trans_blstm, trans_blstm_parallel, transformer"),
+    ("+experiment=bert", "error: unknown choice experiment=bert; valid choices: cnn, trans_blstm, trans_blstm_parallel, "
+                         "transformer, transformer_pre_ln"),
+    ("encoder.ln=middle", "Invalid value 'middle', expected one of [post, pre]"),
+    ("encoder.layrs=3", "Key 'layrs' not in 'EncoderConfig'"),
+    ("cv.fold=7", "error: cv.fold must be in 0..4, got 7"),
+])
+def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, expected):
+    done = run_cli([override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr
+
+
+def test_wandb_that_cannot_start_falls_back_to_csv_with_one_warning(tmp_path, monkeypatch, caplog):
+    from lightning.pytorch.loggers import CSVLogger
+
+    from klue_tc import loggers
+    from klue_tc.config import LoggerConfig
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("wandb service unavailable")
+
+    monkeypatch.setattr(loggers, "WandbLogger", broken)
+    with caplog.at_level("WARNING"):
+        logger = loggers.make_logger(LoggerConfig(), tmp_path, "job", "group", "fold0", {})
+    assert isinstance(logger, CSVLogger)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "W&B could not start" in warnings[0].getMessage()
