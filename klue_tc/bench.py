@@ -311,7 +311,7 @@ def run_overrides(spec: dict) -> list[str]:
         f"data.cache_dir={spec['cache_dir']}",
         f"trainer.max_epochs={spec['epochs']}", f"trainer.early_stopping_patience={spec['epochs']}",
         f"trainer.accelerator={'gpu' if spec['gpu'] else 'cpu'}", "trainer.devices=1", "trainer.progress_bar=none",
-        "logger=none",
+        "logger=none", *spec.get("overrides", []),
     ]
 
 
@@ -443,6 +443,7 @@ class Bench:
     timeout_s: float
     parallel: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
 
     @property
     def env(self) -> dict:
@@ -455,7 +456,7 @@ class Bench:
         return {"encoder": encoder, "bucketing": bucketing, "layers": LAYERS, "data": str(self.data),
                 "limit": self.limit, "epochs": self.epochs, "batch_size": self.batch_size,
                 "threads": self.threads, "gpu": self.gpu, "cache_dir": str(self.work / "cache"),
-                "work_dir": str(self.work / "runs" / name), "barrier": barrier}
+                "work_dir": str(self.work / "runs" / name), "barrier": barrier, "overrides": self.overrides}
 
     def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
         name = f"{encoder}-{'bucketed' if bucketing else 'notebook'}"
@@ -568,7 +569,8 @@ class Bench:
     def settings(self) -> dict:
         return {"data": str(self.data), "limit": self.limit, "epochs": self.epochs, "batch_size": self.batch_size,
                 "layers": LAYERS, "threads": self.threads, "device": self.device_name(),
-                "reference": str(self.reference) if self.reference else None, "encoders": self.encoders}
+                "reference": str(self.reference) if self.reference else None, "encoders": self.encoders,
+                "overrides": self.overrides}
 
     def device_name(self) -> str:
         if not self.gpu:
@@ -640,6 +642,7 @@ def footnotes(report: dict) -> list[str]:
         "gradient clipping 1.0, zero-initialised residual branches, scaled sinusoidal positions; BLSTM head reads "
         "the packed final states; attention and BLSTMs skip pads); seed_reference = Adam lr 1e-4 constant, fixed "
         "sinusoidal positions, BLSTM decoder reads position -1.",
+        *([f"klue_tc runs (both columns) with the overrides {' '.join(s['overrides'])}."] if s.get("overrides") else []),
         "Peak memory: " + ("torch.cuda.max_memory_allocated of the training process."
                            if s["device"] and "bf16" in s["device"] else
                            "max RSS of each run's process (os.wait4), including Python, torch, tokenizer fitting and evaluation."),
@@ -711,7 +714,9 @@ def print_rich(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(160, Console().width))
+    console = Console()
+    if not console.is_terminal or console.width < 200:  # one line per row, also in logs and pipes
+        console = Console(width=200)
     s = report["settings"]
     table = Table(title=f"klue_tc training benchmark: {s['device']}, {s['limit']} titles, batch {s['batch_size']}, "
                         f"{s['epochs']} epoch(s), {s['layers']} layers")
@@ -749,6 +754,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--parallel", default="2,4", help="with --gpu: concurrent jobs to measure (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run (default: %(default)s)")
     p.add_argument("--work-dir", type=Path, help="keep runs, caches and logs here (default: a temporary directory)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override for both klue_tc runs (repeatable), e.g. trainer.precision=bf16-mixed")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -793,7 +800,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         work = args.work_dir.expanduser().resolve() if args.work_dir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         bench = Bench(data, args.limit, args.epochs, args.batch_size, encoders, reference, threads, args.gpu, work,
-                      args.timeout, parallel, notes)
+                      args.timeout, parallel, notes, args.override)
         report = bench.measure()
     print_rich(report)
     if args.out:

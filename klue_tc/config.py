@@ -117,7 +117,7 @@ class OptimConfig:
 class TrainerConfig:
     max_epochs: int = 10
     accelerator: str = "auto"
-    devices: Any = "auto"
+    devices: Any = 1
     precision: Any = None
     gradient_clip_val: float = 1.0
     early_stopping_patience: int = 3

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +27,15 @@ from klue_tc.results import ResultsStore, atomic_write_json, config_hash
 from klue_tc.tokenizers import TokenizerCache
 
 log = logging.getLogger(__name__)
+
+
+def quiet_libraries() -> None:
+    """Keep job logs to what a user reads: our per-epoch lines, warnings and the result."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
 def data_identity(cfg: DataConfig) -> str:
@@ -91,6 +101,7 @@ def summarise(run: RunConfig, key: str, records: list[dict]) -> dict:
 
 def run_job(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
+    quiet_libraries()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     resolved = job_config(cfg)
@@ -142,7 +153,12 @@ def run_job(cfg: DictConfig) -> float:
                                        if k.startswith("cv_") and isinstance(v, (int, float))}
                  | {k: v for k, v in metrics.items() if k in ("validation_f1", "validation_accuracy")})
     print(final_line(metrics), flush=True)
-    return metrics["cv_f1_mean"]
+    score = metrics["cv_f1_mean"]
+    if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
+        # hydra-optuna-sweeper 1.3 with optuna 2.x ends the whole study on a NaN objective, while
+        # an exception is recorded as one failed trial and the study goes on.
+        raise FloatingPointError(f"CV macro-F1 is {score}: the trial is recorded as failed")
+    return score
 
 
 def final_line(metrics: dict) -> str:

@@ -47,9 +47,40 @@ class FeedForward(nn.Module):
 def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Tensor):
     """Run `lstm` over the real tokens only; returns (outputs padded with zeros, h_n)."""
     lengths = (~padding).sum(1).cpu()
+    if x.device.type == "cpu" and _reversible(lstm) and 2 * padding.numel() <= 3 * int(lengths.sum()):
+        return _bidirectional_by_reversal(lstm, x, padding, lengths)
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out, (h_n, _) = lstm(packed)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+    return out, h_n
+
+
+def _reversible(lstm: nn.LSTM) -> bool:
+    return (lstm.bidirectional and lstm.num_layers == 1 and lstm.bias and lstm.batch_first
+            and not lstm.proj_size)
+
+
+def _bidirectional_by_reversal(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Tensor, lengths: torch.Tensor):
+    """The packed run's result, from two plain (unpacked) LSTM calls: forward over x (trailing
+    pads come after every real token, so they cannot reach one), backward over each title
+    reversed within its own length. On CPU, plain calls use oneDNN's LSTM kernels, which packed
+    sequences cannot (about 1.5x faster); with length-bucketed batches the pads they also run
+    over are few, hence the padding threshold in `packed_lstm`."""
+    positions = torch.arange(x.size(1), device=x.device)[None]
+    flipped = lengths.to(x.device)[:, None] - 1 - positions
+    index = torch.where(flipped >= 0, flipped, positions)[..., None]  # an involution: reverses real tokens
+    h0 = x.new_zeros(1, x.size(0), lstm.hidden_size)
+
+    def direction(inputs: torch.Tensor, suffix: str) -> torch.Tensor:
+        weights = [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        return torch.lstm(inputs, (h0, h0), weights, True, 1, 0.0, lstm.training, False, True)[0]
+
+    forward = direction(x, "")
+    backward = direction(x.gather(1, index.expand_as(x)), "_reverse")
+    backward = backward.gather(1, index.expand_as(backward))
+    rows = torch.arange(x.size(0), device=x.device)
+    h_n = torch.stack([forward[rows, lengths.to(x.device) - 1], backward[:, 0]])
+    out = torch.cat([forward, backward], dim=-1).masked_fill(padding[..., None], 0.0)
     return out, h_n
 
 

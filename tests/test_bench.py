@@ -1,0 +1,253 @@
+"""klue_tc.bench: the pure pieces (reference line, split, table, targets, sweep projection), and
+one slow smoke run of the whole benchmark on generated headlines."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from klue_tc import bench
+
+REFERENCE_LINE = ("arch=post_ln layers=3 n=5000 max_len=30 epochs=2 train_s=23.4 samples_per_s=428 "
+                  "eval_macro_f1=0.0948")
+
+
+def test_parse_reference_line_reads_every_field():
+    parsed = bench.parse_reference_line("some log line\n" + REFERENCE_LINE + "\n")
+    assert parsed == {"arch": "post_ln", "layers": 3, "n": 5000, "max_len": 30, "epochs": 2, "train_s": 23.4,
+                      "samples_per_s": 428, "eval_macro_f1": 0.0948}
+    assert isinstance(parsed["n"], int) and isinstance(parsed["train_s"], float)
+
+
+def test_parse_reference_line_takes_the_last_result_and_fails_without_one():
+    second = REFERENCE_LINE.replace("samples_per_s=428", "samples_per_s=99")
+    assert bench.parse_reference_line(REFERENCE_LINE + "\n" + second)["samples_per_s"] == 99
+    with pytest.raises(ValueError, match="no result line"):
+        bench.parse_reference_line("Traceback (most recent call last):\n  boom")
+
+
+def test_reference_split_matches_seed_reference_recipe():
+    labels = np.repeat(np.arange(7), 30)
+    train, held_out = bench.reference_split(labels, limit=50)
+    assert len(train) == 50 and len(held_out) == 21
+    assert not set(train) & set(held_out)
+    assert sorted(np.bincount(labels[held_out], minlength=7)) == [3] * 7  # stratified
+    again_train, again_held = bench.reference_split(labels, limit=50)
+    assert (train == again_train).all() and (held_out == again_held).all()
+    with pytest.raises(ValueError, match="--limit"):
+        bench.reference_split(labels, limit=500)
+
+
+def _run(speed, f1, peak):
+    return {"samples_per_s": speed, "f1": f1, "peak_mb": peak}
+
+
+def test_table_rows_ratios_and_missing_reference():
+    rows = bench.table_rows([
+        {"encoder": "transformer", "klue_tc": _run(1200.0, 0.71, 900.0), "notebook": _run(600.0, 0.70, 950.0),
+         "reference": _run(400.0, 0.65, 1000.0)},
+        {"encoder": "cnn", "klue_tc": _run(800.0, 0.69, 880.0), "notebook": _run(500.0, 0.68, 890.0),
+         "reference": None},
+    ])
+    assert len(rows[0]) == len(bench.TABLE_HEADER)
+    assert rows[0] == ["transformer", "1200", "600", "400", "3.00x", "2.00x", "0.7100 / 0.7000 / 0.6500",
+                       "900 / 950 / 1000"]
+    assert rows[1][3] == bench.DASH and rows[1][4] == bench.DASH and rows[1][5] == "1.60x"
+    assert rows[1][6].endswith("/ " + bench.DASH)
+
+
+def test_table_rows_survive_a_failed_run_and_nan():
+    rows = bench.table_rows([{"encoder": "trans_blstm", "klue_tc": None, "notebook": _run(float("nan"), 0.5, 1.0),
+                              "reference": _run(70.0, 0.4, 2.0)}])
+    assert rows[0][1] == bench.DASH and rows[0][2] == bench.DASH and rows[0][4] == bench.DASH
+
+
+def test_markdown_table_shape():
+    text = bench.markdown_table(("a", "b"), [["1", "2"], ["3", "4"]])
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
+
+
+def test_target_checks():
+    results = [
+        {"encoder": "transformer", "klue_tc": _run(1300.0, 0.70, 1), "reference": _run(400.0, 0.65, 1)},
+        {"encoder": "trans_blstm", "klue_tc": _run(130.0, 0.60, 1), "reference": _run(70.0, 0.62, 1)},
+        {"encoder": "cnn", "klue_tc": _run(900.0, 0.7, 1), "reference": None},
+    ]
+    checks = {name: met for name, met, _ in bench.target_checks(results, {"cached": {"time_to_first_step_s": 1.2}})}
+    assert checks["transformer: titles/s >= 3x seed_reference"] is True
+    assert checks["transformer: macro-F1 >= seed_reference's"] is True
+    assert checks["trans_blstm: titles/s >= 2x seed_reference"] is False
+    assert checks["trans_blstm: macro-F1 >= seed_reference's"] is False
+    assert checks["cached job: time to first step < 2 s"] is True
+    assert not any(name.startswith("cnn") for name in checks)
+    unmeasured = {name: met for name, met, _ in bench.target_checks(results[:1], None)}
+    assert unmeasured["cached job: time to first step < 2 s"] is None
+
+
+def test_project_sweep_arithmetic():
+    # 1 encoder, 1 LN, layers 3 and 6, 1 tokenizer, 5 folds, 1000 titles: 800 train + 200 val per job.
+    p = bench.project_sweep({"transformer": 400.0}, {"transformer": 1000.0}, epochs=2, overhead_s=5.0,
+                            n_titles=1000, folds=5, lns=1, tokenizers=1, layers=(3, 6))
+    at3 = 2 * 800 / 400 + 2 * 200 / 1000 + 5.0  # 4 s train + 0.4 s val + 5 s overhead
+    at6 = 2 * (2 * 800 / 400 + 2 * 200 / 1000) + 5.0
+    assert p["jobs"] == 10
+    assert p["per_job_s"]["transformer"][3] == pytest.approx(at3)
+    assert p["per_job_s"]["transformer"][6] == pytest.approx(at6)
+    assert p["sequential_s"] == pytest.approx(5 * (at3 + at6))
+    assert p["parallel_s"] == {}
+
+
+def test_project_sweep_paper_grid_and_parallel():
+    speeds = {e: 1000.0 for e in bench.ENCODERS}
+    p = bench.project_sweep(speeds, {}, epochs=10, overhead_s=0.0, parallel_speedup={2: {e: 2.0 for e in speeds},
+                                                                                    4: {"transformer": 3.0}})
+    assert p["jobs"] == 600  # 4 encoders x 2 LN x 5 layer counts x 3 tokenizers x 5 folds
+    train = bench.YNAT_TRAIN_TITLES * 4 / 5
+    expected = sum(10 * train / 1000 * n / 3 for n in (2, 3, 4, 5, 6)) * 4 * 2 * 3 * 5
+    assert p["sequential_s"] == pytest.approx(expected)
+    assert p["parallel_s"][2] == pytest.approx(expected / 2)
+    # Only transformer speeds up with 4 jobs; the other encoders are taken as 1x.
+    assert p["parallel_s"][4] == pytest.approx(expected / 4 / 3 + expected * 3 / 4)
+
+
+def test_project_sweep_overhead_overlaps_k_fold():
+    p = bench.project_sweep({"cnn": 1e12}, {}, epochs=1, overhead_s=10.0, n_titles=5, folds=5, lns=1,
+                            tokenizers=1, layers=(3,), parallel_speedup={4: {"cnn": 1.0}})
+    assert p["sequential_s"] == pytest.approx(50.0, rel=1e-6)
+    assert p["parallel_s"][4] == pytest.approx(12.5, rel=1e-6)
+
+
+def test_grid_axis_forms():
+    assert bench.grid_axis("2,3,4") == ["2", "3", "4"]
+    assert bench.grid_axis("range(2,7)") == ["2", "3", "4", "5", "6"]
+    assert bench.grid_axis("range(0, 10, 5)") == ["0", "5"]
+    assert bench.grid_axis([1, 2]) == ["1", "2"]
+    assert bench.grid_axis("sentencepiece") == ["sentencepiece"]
+
+
+def test_paper_sweep_settings_reads_the_sweep_file(tmp_path):
+    (tmp_path / "conf" / "trainer").mkdir(parents=True)
+    (tmp_path / "conf" / "trainer" / "default.yaml").write_text("max_epochs: 7\n")
+    assert bench.paper_sweep_settings(tmp_path)["epochs"] == 7
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "paper.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      encoder: transformer,cnn\n      encoder.layers: range(2,5)\n"
+        "      trainer.max_epochs: 12\n")
+    settings = bench.paper_sweep_settings(tmp_path)
+    assert settings["epochs"] == 12 and settings["layers"] == (2, 3, 4) and settings["jobs_in_file"] == 6
+
+
+def test_fmt_helpers():
+    assert bench.fmt(None) == bench.DASH and bench.fmt(float("nan")) == bench.DASH
+    assert bench.fmt(2.345, ".2f", "x") == "2.35x"
+    assert bench.fmt_seconds(30) == "30.0 s" and bench.fmt_seconds(600) == "10.0 min"
+    assert bench.fmt_seconds(3 * 3600) == "3.0 h"
+
+
+def test_render_has_table_footnotes_and_targets():
+    report = {
+        "settings": {"data": "/x/train.tsv", "limit": 50, "epochs": 1, "batch_size": 16, "layers": 3, "threads": 2,
+                     "device": "CPU (2 cores available, 2 torch threads)", "reference": None,
+                     "encoders": ["transformer"]},
+        "results": [{"encoder": "transformer", "klue_tc": {**_run(10.0, 0.5, 1.0), "train_size": 50, "val_size": 6},
+                     "notebook": _run(5.0, 0.5, 1.0), "reference": None}],
+        "overhead": {"first": {"time_to_first_step_s": 3.0, "wall_s": 9.0, "command": "python -m klue_tc x"},
+                     "cached": {"time_to_first_step_s": 0.8, "wall_s": 6.0}},
+        "notes": ["seed_reference not found"],
+    }
+    text = bench.render(report)
+    assert "| transformer | 10 | 5 | — | — | 2.00x |" in text
+    assert "0.80 s" in text and "50 training titles and 6 held-out titles" in text
+    assert "cached job: time to first step < 2 s | yes" in text
+    assert "seed_reference not found" in text
+
+
+def test_missing_data_is_one_line_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "klue_tc.bench", "--data", str(tmp_path / "nope.tsv")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: --data {tmp_path / 'nope.tsv'}: file not found "
+                                                "(pass --data PATH to a labelled KLUE YNAT file)"]
+
+
+def _headlines(path: Path, per_class: int = 20) -> Path:
+    """Korean-like headlines over 4 topics, each with its own words (learnable)."""
+    words = {"IT과학": ["반도체", "인공지능", "스마트폰", "클라우드"], "경제": ["코스피", "환율", "금리", "수출"],
+             "스포츠": ["손흥민", "류현진", "프로야구", "올림픽"], "정치": ["국회", "청와대", "여야", "선관위"]}
+    tails = ["발표", "상승", "논란", "개최", "확정", "첫선"]
+    rng = random.Random(0)
+    rows = [f"{label}\t{rng.choice(ws)} {rng.choice(ws)} {rng.choice(tails)}" for label, ws in words.items()
+            for _ in range(per_class)]
+    rng.shuffle(rows)
+    path.write_text("label\ttext\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_bench_smoke_runs_every_encoder(tmp_path):
+    data = _headlines(tmp_path / "train.tsv")
+    reference = Path(bench.DEFAULT_REFERENCE)
+    out = tmp_path / "bench.md"
+    cmd = [sys.executable, "-m", "klue_tc.bench", "--data", str(data), "--limit", "40", "--epochs", "1",
+           "--batch-size", "16", "--threads", "1", "--out", str(out), "--timeout", "600"]
+    if not reference.is_file():
+        cmd += ["--reference", str(tmp_path / "absent.py")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert [r["encoder"] for r in report["results"]] == list(bench.ENCODERS)
+    for r in report["results"]:
+        assert r["klue_tc"]["train_size"] == 40 and r["notebook"]["train_size"] == 40
+        assert r["klue_tc"]["samples_per_s"] > 0 and 0 <= r["klue_tc"]["f1"] <= 1
+        assert r["notebook"]["max_len"] == r["klue_tc"]["max_len"]
+        assert (r["reference"] is not None) == (reference.is_file() and r["encoder"] in bench.REFERENCE_ARCH)
+    assert report["overhead"]["cached"]["time_to_first_step_s"] > 0
+    assert report["overhead"]["first"]["time_to_first_step_s"] > 0
+    table = out.read_text()
+    for encoder in bench.ENCODERS:
+        assert f"| {encoder} |" in table
+    assert "klue_tc training benchmark" in done.stdout and all(e in done.stdout for e in bench.ENCODERS)
+    assert not math.isnan(report["results"][0]["klue_tc"]["samples_per_s"])
+
+
+@pytest.mark.parametrize("short_rows", [0, 5])
+def test_blstm_reversal_path_equals_the_packed_run(short_rows):
+    """The CPU fast path of packed_lstm (two plain LSTM calls, titles reversed within their
+    length) gives the packed run's outputs, final states and gradients."""
+    import torch
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from klue_tc.models import blocks
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 6, batch_first=True, bidirectional=True)
+    lengths = torch.full((12,), 7)
+    lengths[:short_rows] = torch.tensor([2, 3, 5, 6, 4][:short_rows])
+    padding = torch.arange(7)[None] >= lengths[:, None]
+    x = torch.randn(12, 7, 8)
+    assert blocks._reversible(lstm) and 2 * padding.numel() <= 3 * int(lengths.sum())  # takes the fast path
+
+    def grads(fn):
+        lstm.zero_grad()
+        xs = x.clone().requires_grad_(True)
+        out, h_n = fn(xs)
+        (out.square().sum() + h_n.sin().sum()).backward()
+        return out.detach(), h_n.detach(), xs.grad, [p.grad.clone() for p in lstm.parameters()]
+
+    def packed(xs):
+        out, (h_n, _) = lstm(pack_padded_sequence(xs, lengths, batch_first=True, enforce_sorted=False))
+        return pad_packed_sequence(out, batch_first=True, total_length=7)[0], h_n
+
+    fast, reference = grads(lambda xs: blocks.packed_lstm(lstm, xs, padding)), grads(packed)
+    for a, b in zip(fast[:3], reference[:3]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(fast[3], reference[3]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (fast[0][padding] == 0).all()

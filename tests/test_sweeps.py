@@ -1,0 +1,250 @@
+"""Sweeps as `make sweep` runs them: the grids, the launchers, resume after a kill, Optuna.
+
+The sweeps run as subprocesses (`python -m klue_tc --multirun --config-dir sweeps ...`) on tiny
+generated headlines, W&B offline, every output and cache under the test's tmp_path.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from conftest import REPO, make_headlines, write_tsv
+from klue_tc.config import register_schemas, validate
+from klue_tc.results import ResultsStore, config_hash
+from klue_tc.run import data_identity
+
+SWEEPS = REPO / "sweeps"
+SMOKE_JOBS = 8  # sweeps/smoke.yaml: 2 experiments x 2 layer counts x 2 folds
+TRAINED = "epoch 1/1: val macro-F1"  # one line per trained fold (one epoch in the smoke sweep)
+SKIPPED = "already finished"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def compose_sweep(name: str, overrides: list[str] = (), hydra_config: bool = False):
+    """A sweep file composed the way `--config-dir sweeps --config-name NAME` composes it."""
+    register_schemas()
+    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
+        return compose(name, overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", *overrides],
+                       return_hydra_config=hydra_config)
+
+
+def sweep_jobs(name: str, overrides: list[str] = ()) -> list[list[str]]:
+    """The jobs the basic sweeper launches for a sweep file: one override list per job."""
+    params = compose_sweep(name, overrides, hydra_config=True).hydra.sweeper.params
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+
+
+@pytest.fixture
+def headlines_tsv(tmp_path) -> Path:
+    return write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
+
+
+def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "klue_tc", "--multirun", "--config-dir", str(SWEEPS), "--config-name", name,
+            f"data.path={data}", f"hydra.sweep.dir={sweep_dir}", *args]
+
+
+def sweep_env(tmp_path: Path, **extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KLUE_TC_CACHE": str(tmp_path / "cache"),
+           "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", **extra}
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        env[var] = str(tmp_path / "wandb_home")
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def run_sweep(tmp_path: Path, command: list[str], timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, cwd=tmp_path, env=sweep_env(tmp_path, **env), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return done
+
+
+def records(sweep_dir: Path) -> dict[Path, dict]:
+    """Every finished (configuration, fold) record; each must be complete JSON."""
+    return {p: json.loads(p.read_text(encoding="utf-8")) for p in sorted((sweep_dir / "results").glob("*/fold*.json"))}
+
+
+def assert_report(sweep_dir: Path, configs: int = 4, folds: int = 2) -> pd.DataFrame:
+    for name in ("report.md", "report.csv", "f1_by_layers.png"):
+        assert (sweep_dir / name).is_file(), name
+    report = pd.read_csv(sweep_dir / "report.csv")
+    assert len(report) == configs and (report["folds"] == folds).all()
+    return report
+
+
+# --- fast: what the sweep files describe -----------------------------------------------------------
+
+def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
+    jobs = sweep_jobs("paper")
+    assert len(jobs) == 4 * 2 * 5 * 3 * 5 == 600
+    assert len({tuple(job) for job in jobs}) == 600
+    axes = {key: sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith(key + "=")})
+            for key in ("+experiment", "encoder.ln", "encoder.layers", "tokenizer", "cv.fold")}
+    assert axes == {"+experiment": ["cnn", "trans_blstm", "trans_blstm_parallel", "transformer"],
+                    "encoder.ln": ["post", "pre"], "encoder.layers": ["2", "3", "4", "5", "6"],
+                    "tokenizer": ["kobert", "mecab", "sentencepiece"], "cv.fold": ["0", "1", "2", "3", "4"]}
+
+    hydra = compose_sweep("paper", hydra_config=True).hydra
+    assert hydra.sweep.dir == "outputs/sweeps/paper"  # not timestamped: the same command resumes
+    assert hydra.launcher._target_.endswith("BasicLauncher")
+
+    # One job per encoder x LN placement: the head follows the encoder, LN the override, the fold
+    # is one of 5 and does not change the configuration's identity (its results key).
+    keys = {}
+    for job in jobs[::75]:
+        cfg = compose_sweep("paper", job)
+        run = validate(cfg)
+        assert cfg.sweep == "paper" and run.cv.folds == 5 and run.trainer.devices == 1
+        assert run.head.name.value == ("blstm" if run.encoder.name.value.startswith("trans_blstm") else "cls")
+        assert f"encoder.ln={run.encoder.ln.value}" in job and f"+experiment={run.experiment}" in job
+        keys[config_hash(run, "data")] = job
+    assert len(keys) == 8
+    other_fold = validate(compose_sweep("paper", [*jobs[0][:-1], "cv.fold=4"]))
+    assert config_hash(other_fold, "data") in keys
+
+
+def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
+    jobs = sweep_jobs("smoke")
+    assert len(jobs) == SMOKE_JOBS
+    run = validate(compose_sweep("smoke", jobs[-1]))
+    assert (run.cv.folds, run.trainer.max_epochs, run.encoder.d_model, run.data.limit) == (2, 1, 64, 500)
+
+    launchers = {name: compose_sweep("smoke", [f"hydra/launcher={name}"], hydra_config=True).hydra.launcher
+                 for name in ("parallel", "submitit_local", "slurm")}
+    assert launchers["parallel"]._target_.endswith("JoblibLauncher") and launchers["parallel"].n_jobs == 2
+    assert launchers["submitit_local"]._target_.endswith("LocalLauncher")
+    slurm = launchers["slurm"]
+    assert slurm._target_.endswith("SlurmLauncher")
+    assert (slurm.gpus_per_node, slurm.timeout_min, slurm.array_parallelism) == (1, 120, 64)
+
+
+def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
+    """Records already in <sweep>/results (as a killed sweep leaves them): nothing is trained again."""
+    sweep_dir = tmp_path / "sweep"
+    store = ResultsStore(sweep_dir / "results")
+    expected = {}
+    for i, job in enumerate(sweep_jobs("smoke")):
+        run = validate(compose_sweep("smoke", [*job, f"data.path={headlines_tsv}"]))
+        key, fold, f1 = config_hash(run, data_identity(run.data)), run.cv.fold, 0.5 + i / 100
+        store.put(key, fold, {"fold": fold, "f1": f1, "accuracy": f1, "best_epoch": 0, "train_samples_per_s": 100.0,
+                              "checkpoint": None, "tokenizer_dir": None})
+        expected.setdefault((run.encoder.name.value, run.encoder.layers), []).append(f1)
+    assert len(records(sweep_dir)) == SMOKE_JOBS
+
+    done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, "logger=none"), timeout=300)
+
+    assert done.stdout.count(SKIPPED) == SMOKE_JOBS and TRAINED not in done.stdout
+    report = assert_report(sweep_dir)
+    for row in report.itertuples():
+        assert row.f1_mean == pytest.approx(sum(expected[row.encoder, row.layers]) / 2)
+
+
+# --- slow: real sweeps --------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "parallel", "submitit_local"])
+def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_tsv, launcher):
+    sweep_dir = tmp_path / "sweep"
+    logger = "logger=wandb" if launcher == "basic" else "logger=none"  # W&B once: it is slow to start
+    env = {"OMP_NUM_THREADS": "1"} if launcher == "submitit_local" else {}  # 8 processes at once on 2 cores
+    start = time.perf_counter()
+    done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, f"hydra/launcher={launcher}", logger),
+                     **env)
+    print(f"{launcher}: {time.perf_counter() - start:.1f} s")
+
+    found = records(sweep_dir)
+    assert len(found) == SMOKE_JOBS and all(math.isfinite(r["f1"]) for r in found.values())
+    assert len(list(sweep_dir.rglob("metrics.json"))) == SMOKE_JOBS
+    assert_report(sweep_dir)
+    if launcher == "basic":
+        assert done.stdout.count(TRAINED) == SMOKE_JOBS
+    if logger == "logger=wandb":
+        # One offline W&B run per job, all in the sweep's group, and the report's run beside them.
+        job_runs = sorted(sweep_dir.glob("*/*/fold*/wandb/offline-run-*/*.wandb"))
+        assert len(job_runs) == SMOKE_JOBS and all(b"smoke" in p.read_bytes() for p in job_runs)
+        report_runs = list(sweep_dir.glob("wandb/offline-run-*"))
+        assert len(report_runs) == 1 and list(report_runs[0].rglob("f1_table*.table.json"))
+
+
+@pytest.mark.slow
+def test_killed_sweep_reruns_only_the_missing_jobs(tmp_path, headlines_tsv):
+    sweep_dir = tmp_path / "sweep"
+    command = sweep_command("smoke", sweep_dir, headlines_tsv, "logger=none")
+    process = subprocess.Popen(command, cwd=tmp_path, env=sweep_env(tmp_path), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list((sweep_dir / "results").glob("*/fold*.json"))) < 2:
+            assert process.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "no job finished in time"
+            time.sleep(0.1)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    before = records(sweep_dir)  # complete JSON only, however the kill fell
+    stamps = {p: p.stat().st_mtime_ns for p in before}
+    assert 2 <= len(before) < SMOKE_JOBS and not (sweep_dir / "report.md").exists()
+
+    done = run_sweep(tmp_path, command)
+
+    assert done.stdout.count(SKIPPED) == len(before)
+    assert done.stdout.count(TRAINED) == SMOKE_JOBS - len(before)
+    after = records(sweep_dir)
+    assert len(after) == SMOKE_JOBS
+    assert all(p.stat().st_mtime_ns == stamps[p] and after[p] == before[p] for p in before)  # untouched
+    assert_report(sweep_dir)
+
+
+@pytest.mark.slow
+def test_resume_false_retrains_and_overwrites(tmp_path, headlines_tsv):
+    sweep_dir = tmp_path / "sweep"
+    one_job = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]  # replaces the axes
+    run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, *one_job))
+    (path, first), = records(sweep_dir).items()
+    stamp = path.stat().st_mtime_ns
+
+    done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, *one_job, "results.resume=false"))
+
+    assert SKIPPED not in done.stdout and done.stdout.count(TRAINED) == 1
+    (again, second), = records(sweep_dir).items()
+    assert again == path and path.stat().st_mtime_ns > stamp and second["f1"] == pytest.approx(first["f1"])
+
+
+@pytest.mark.slow
+def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv):
+    """Two trials: `trainer.max_epochs=0` never validates (CV macro-F1 -inf): a failed trial, not the end."""
+    sweep_dir = tmp_path / "study"
+    tiny = ["encoder.d_model=choice(32,64)", "encoder.heads=2", "encoder.ffn_dim=64", "head.hidden=32",
+            "tokenizer.vocab_size=400", "data.batch_size=16", "cv.folds=2", "trainer.progress_bar=none"]
+    command = [sys.executable, "-m", "klue_tc", "hparams_search=optuna", f"data.path={headlines_tsv}",
+               f"hydra.sweep.dir={sweep_dir}", "logger=none", "hydra.sweeper.n_trials=2",
+               "hydra.sweeper.sampler.seed=0", "trainer.max_epochs=choice(0,1)", *tiny]
+    done = run_sweep(tmp_path, command)
+
+    scores = [json.loads(p.read_text())["cv_f1_mean"] for p in sorted(sweep_dir.glob("*/metrics.json"))]
+    assert len(scores) == 2
+    finite = [s for s in scores if math.isfinite(s)]
+    assert len(finite) == 1  # seed 0 samples max_epochs 0 then 1
+    assert (done.stdout + done.stderr).count("Failed experiment") == 1
+    result = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert result["best_value"] == pytest.approx(max(finite))
+    assert set(result["best_params"]) == {"optim.lr", "encoder.dropout", "encoder.d_model", "optim.warmup_ratio",
+                                          "trainer.max_epochs"}
+    assert OmegaConf.load(sweep_dir / "0" / ".hydra" / "hydra.yaml").hydra.sweeper.direction == "maximize"
