@@ -2,6 +2,8 @@
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from klue_tc import cli_errors
@@ -18,6 +20,8 @@ def main(cfg: DictConfig) -> float:
     try:
         return run_job(cfg)
     except cli_errors.KlueTcError as err:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a failed job (or Optuna trial), not the end of the whole sweep
         # Bad input or config: one line and exit 2, without Hydra's "Error executing job" line.
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(cli_errors.USER_ERROR_EXIT)

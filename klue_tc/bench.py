@@ -38,6 +38,9 @@ from typing import Optional, Sequence
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = (REPO_ROOT / ".." / "shared" / "data" / "klue-ynat-v1.1" / "train.tsv").resolve()
 DEFAULT_REFERENCE = (REPO_ROOT / ".." / "shared" / "bench" / "seed_reference.py").resolve()
+# Runs seed_reference.py unchanged, except that its timer (time.perf_counter) reads the process CPU clock.
+CPU_CLOCK_LAUNCHER = ("import runpy, sys, time; time.perf_counter = time.process_time; sys.argv = sys.argv[1:]; "
+                      "runpy.run_path(sys.argv[0], run_name='__main__')")
 ENCODERS = ("transformer", "trans_blstm", "trans_blstm_parallel", "cnn")
 # seed_reference.py's --arch for the encoders it implements; the others have no reference.
 REFERENCE_ARCH = {"transformer": "post_ln", "trans_blstm": "trans_blstm"}
@@ -261,7 +264,11 @@ def run_measured(cmd: Sequence[str], env: dict, cwd: Path, log_dir: Path, name: 
     start = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, cwd=str(cwd), start_new_session=True)
-        status, usage, timed_out = _wait(proc, timeout_s)
+        try:
+            status, usage, timed_out = _wait(proc, timeout_s)
+        except BaseException:  # interrupted: end the run we started (its own session) before leaving
+            _kill(proc)
+            raise
     wall = time.perf_counter() - start
     rc = os.waitstatus_to_exitcode(status)
     return Finished(rc, wall, usage.ru_maxrss / 1024, out_path.read_text(errors="replace"),
@@ -277,8 +284,16 @@ def _wait(proc: subprocess.Popen, timeout_s: float):
             return status, usage, timed_out
         if time.monotonic() > deadline and not timed_out:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)  # this child's own session: it and its children only
+            _kill(proc)
         time.sleep(0.05)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL a run we started: its own session, so it and its children only."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def child_env(threads: int, gpu: bool) -> dict:
@@ -332,7 +347,8 @@ def _loop_timer_class():
             self.val_seconds, self.val_samples, self.val_runs = 0.0, 0, 0
             self.first_start_wall = self.last_end_wall = None
             self.last_f1, self.f1_by_epoch = None, []
-            self._mark = self._val_t0 = 0.0
+            self._mark = self._val_t0 = self._cpu0 = 0.0
+            self.cpu_seconds = 0.0
 
         def on_train_epoch_start(self, trainer, pl_module):
             self._mark = time.perf_counter()
@@ -340,6 +356,7 @@ def _loop_timer_class():
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.first_start_wall is None:
                 self.first_start_wall = time.time()
+            self._cpu0 = time.process_time()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             sync(trainer)
@@ -348,6 +365,7 @@ def _loop_timer_class():
             if self.steps > 1:
                 self.loop_seconds += now - self._mark
                 self.loop_samples += len(batch["input_ids"])
+                self.cpu_seconds += time.process_time() - self._cpu0
             self._mark, self.last_end_wall = now, time.time()
 
         def on_validation_start(self, trainer, pl_module):
@@ -394,8 +412,6 @@ def run_worker(spec: dict) -> dict:
         cfg, fold_dir, logger, [*callbacks, timer])
     if spec.get("barrier"):
         _barrier(Path(spec["barrier"]["dir"]), spec["barrier"]["count"], spec["barrier"]["name"])
-    if torch.cuda.is_available() and spec["gpu"]:
-        torch.cuda.reset_peak_memory_stats()
     record = fold_module.train_fold(run, 0, prepared, Path(spec["work_dir"]), None, job_start)
     lengths = prepared.train.encoded.lengths
     import resource
@@ -405,6 +421,9 @@ def run_worker(spec: dict) -> dict:
         "head": run.head.name.value, "precision": run.trainer.precision or ("bf16-mixed" if spec["gpu"] else "32-true"),
         "samples_per_s": record["train_samples_per_s"],
         "loop_samples_per_s": timer.loop_samples / timer.loop_seconds if timer.loop_seconds else None,
+        # The same steps as FoldMonitor's, on the process CPU clock: with one thread, a measure that
+        # time-slicing with other work on a shared machine does not distort.
+        "cpu_samples_per_s": timer.loop_samples / timer.cpu_seconds if timer.cpu_seconds else None,
         "eval_samples_per_s": timer.val_samples / timer.val_seconds if timer.val_seconds else None,
         "f1": timer.last_f1, "f1_by_epoch": timer.f1_by_epoch, "best_f1": record["f1"], "best_epoch": record["best_epoch"],
         "epochs_run": record["epochs_run"], "steps": timer.steps, "train_size": record["train_size"],
@@ -432,7 +451,7 @@ def _barrier(directory: Path, count: int, name: str, timeout_s: float = 600) -> 
 @dataclass
 class Bench:
     data: Path
-    limit: int
+    limit: Optional[int]
     epochs: int
     batch_size: int
     encoders: list[str]
@@ -444,6 +463,8 @@ class Bench:
     parallel: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
+    repeat: int = 1
+    clock: str = "wall"
 
     @property
     def env(self) -> dict:
@@ -460,7 +481,7 @@ class Bench:
 
     def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
         name = f"{encoder}-{'bucketed' if bucketing else 'notebook'}"
-        self.say(f"{name}: training ({self.epochs} epoch(s), {self.limit} titles) ...")
+        self.say(f"{name}: training ({self.epochs} epoch(s), {self.limit or 'all'} titles) ...")
         spec = self.worker_spec(encoder, bucketing, name)
         spec_path, result_path = self.work / f"{name}.spec.json", self.work / f"{name}.result.json"
         spec_path.write_text(json.dumps(spec))
@@ -472,7 +493,10 @@ class Bench:
             return None
         result = json.loads(result_path.read_text())
         result.update(wall_s=done.wall_s, peak_rss_mb=done.peak_rss_mb,
-                      peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb)
+                      peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb,
+                      monitor_samples_per_s=result["samples_per_s"])
+        if self.clock == "cpu":
+            result["samples_per_s"] = result["cpu_samples_per_s"]
         self.say(f"{name}: {result['samples_per_s']:.0f} titles/s, macro-F1 {result['f1']:.4f}, "
                  f"{done.wall_s:.0f} s in all")
         return result
@@ -483,8 +507,10 @@ class Bench:
             return None
         name = f"{encoder}-seed_reference"
         self.say(f"{name}: training (--arch {arch}) ...")
-        cmd = [sys.executable, str(self.reference), "--train", str(self.data), "--arch", arch, "--layers", str(LAYERS),
-               "--epochs", str(self.epochs), "--limit", str(self.limit), "--batch-size", str(self.batch_size),
+        # --clock cpu: seed_reference's own timer reads the process CPU clock instead of the wall clock.
+        launcher = [sys.executable, "-c", CPU_CLOCK_LAUNCHER] if self.clock == "cpu" else [sys.executable]
+        cmd = [*launcher, str(self.reference), "--train", str(self.data), "--arch", arch, "--layers", str(LAYERS),
+               "--epochs", str(self.epochs), "--limit", str(self.limit or 0), "--batch-size", str(self.batch_size),
                "--threads", str(self.threads)]
         done = run_measured(cmd, self.env, REPO_ROOT, self.work, name, self.timeout_s)
         try:
@@ -525,7 +551,12 @@ class Bench:
 
     def overhead(self) -> dict:
         cache = self.work / "overhead-cache"  # fresh: the first job fits and encodes, the second loads
-        return {"first": self.overhead_run("main-first", cache), "cached": self.overhead_run("main-cached", cache)}
+        result = {"first": self.overhead_run("main-first", cache), "cached": self.overhead_run("main-cached", cache)}
+        # What happens before the job starts (and FoldMonitor's clock with it): interpreter and imports.
+        done = run_measured([sys.executable, "-c", "import klue_tc.__main__, klue_tc.run, klue_tc.fold"], self.env,
+                            REPO_ROOT, self.work, "imports", self.timeout_s)
+        result["startup_s"] = done.wall_s if done.rc == 0 else None
+        return result
 
     def concurrency(self, encoder: str, k: int) -> Optional[dict]:
         """k identical workers at once on the one GPU, started together: aggregate titles/s."""
@@ -540,13 +571,19 @@ class Bench:
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", "klue_tc.bench", "--worker", str(spec_path), "--worker-out", str(result_path)],
                     stdout=out, stderr=err, env=self.env, cwd=str(REPO_ROOT), start_new_session=True), result_path))
-        results = []
+        results, deadline = [], time.monotonic() + self.timeout_s
+        try:
+            for proc, _ in procs:
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+                    proc.wait()
+        except BaseException:
+            for proc, _ in procs:
+                _kill(proc)
+            raise
         for proc, result_path in procs:
-            try:
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
             if proc.returncode == 0 and result_path.is_file():
                 results.append(json.loads(result_path.read_text()))
         if len(results) < k:
@@ -555,10 +592,20 @@ class Bench:
         return concurrent_throughput(results)
 
     def measure(self) -> dict:
-        results = []
-        for encoder in self.encoders:
-            results.append({"encoder": encoder, "klue_tc": self.klue_tc_run(encoder, True),
-                            "notebook": self.klue_tc_run(encoder, False), "reference": self.reference_run(encoder)})
+        # With --repeat, the three runs of an encoder alternate (order reversed every other round)
+        # and each keeps its fastest round: interference from other work only ever slows a run.
+        runs = {"klue_tc": lambda enc: self.klue_tc_run(enc, True), "notebook": lambda enc: self.klue_tc_run(enc, False),
+                "reference": self.reference_run}
+        trials = {enc: {kind: [] for kind in runs} for enc in self.encoders}
+        for round_ in range(self.repeat):
+            for encoder in self.encoders:
+                for kind in (list(runs) if round_ % 2 == 0 else list(runs)[::-1]):
+                    result = runs[kind](encoder)
+                    if result is not None:
+                        trials[encoder][kind].append(result)
+        results = [{"encoder": enc, **{kind: fastest(trials[enc][kind]) for kind in runs},
+                    "rounds": {kind: [t["samples_per_s"] for t in trials[enc][kind]] for kind in runs}}
+                   for enc in self.encoders]
         report = {"settings": self.settings(), "results": results, "overhead": self.overhead()}
         if self.gpu:
             report["concurrency"] = {enc: {k: self.concurrency(enc, k) for k in self.parallel} for enc in self.encoders}
@@ -567,10 +614,10 @@ class Bench:
         return report
 
     def settings(self) -> dict:
-        return {"data": str(self.data), "limit": self.limit, "epochs": self.epochs, "batch_size": self.batch_size,
+        return {"data": str(self.data), "limit": self.limit, "gpu": self.gpu, "epochs": self.epochs, "batch_size": self.batch_size,
                 "layers": LAYERS, "threads": self.threads, "device": self.device_name(),
                 "reference": str(self.reference) if self.reference else None, "encoders": self.encoders,
-                "overrides": self.overrides}
+                "overrides": self.overrides, "repeat": self.repeat, "clock": self.clock}
 
     def device_name(self) -> str:
         if not self.gpu:
@@ -578,6 +625,10 @@ class Bench:
         import torch
 
         return f"{torch.cuda.get_device_name(0)} (bf16-mixed)"
+
+
+def fastest(trials: Sequence[dict]) -> Optional[dict]:
+    return max(trials, key=lambda t: t["samples_per_s"], default=None)
 
 
 def concurrent_throughput(results: Sequence[dict]) -> dict:
@@ -592,7 +643,9 @@ def concurrent_throughput(results: Sequence[dict]) -> dict:
 
 
 def gpu_projection(report: dict) -> dict:
-    speeds = {r["encoder"]: r["klue_tc"]["samples_per_s"] for r in report["results"] if r.get("klue_tc")}
+    # Wall-time projection: the loop figure (steps, batch assembly, hooks), not steps alone.
+    speeds = {r["encoder"]: r["klue_tc"].get("loop_samples_per_s") or r["klue_tc"]["samples_per_s"]
+              for r in report["results"] if r.get("klue_tc")}
     evals = {r["encoder"]: r["klue_tc"].get("eval_samples_per_s") for r in report["results"] if r.get("klue_tc")}
     settings = paper_sweep_settings()
     cached = (report.get("overhead") or {}).get("cached") or {}
@@ -623,12 +676,21 @@ def footnotes(report: dict) -> list[str]:
     first = next((r for r in report["results"] if r.get("klue_tc")), None)
     ours = first["klue_tc"] if first else {}
     ref = next((r["reference"] for r in report["results"] if r.get("reference")), None) or {}
+    sampled = f"{s['limit']} titles sampled" if s["limit"] else "all titles taken"
     notes = [
         f"Same for every run: {ours.get('train_size', s['limit'])} training titles and {ours.get('val_size', '?')} "
         f"held-out titles, identical for all three (seed_reference's split of {Path(s['data']).name}: a stratified "
-        f"10% held out with random_state=0, then {s['limit']} titles sampled from the rest with random_state=0; "
+        f"10% held out with random_state=0, then "
+        f"{sampled} "
+        f"from the rest with random_state=0; "
         f"klue_tc reproduces the indices), batch {s['batch_size']}, {s['epochs']} epoch(s), {s['layers']} layers, "
-        f"d 256 / 4 heads / FFN 512 / hidden 256, post-LN, {s['threads']} torch threads, one fresh process per run.",
+        f"d 256 / 4 heads / FFN 512 / hidden 256, post-LN, {s['threads']} torch threads, one fresh process per run"
+        + (f"; each figure is the fastest of {s['repeat']} alternating rounds (all rounds in the JSON)."
+           if s.get("repeat", 1) > 1 else "."),
+        *([f"Clock: process CPU time ({s['threads']} thread(s)) for every titles/s figure: klue_tc's over the same "
+           f"steps FoldMonitor times, seed_reference's own timer pointed at time.process_time. On a shared machine "
+           f"this is the work each run needs, not the time slices it got; FoldMonitor's wall-clock figures are in "
+           f"the JSON (monitor_samples_per_s)."] if s.get("clock") == "cpu" else []),
         "titles/s: klue_tc and notebook-path = FoldMonitor's train_samples_per_s (the metrics.json figure): "
         "forward + backward + optimiser steps only, first step excluded, batch assembly excluded. seed_reference = "
         "its own figure: wall time of its epoch loops (batch indexing and the first step included). The klue_tc "
@@ -644,7 +706,7 @@ def footnotes(report: dict) -> list[str]:
         "sinusoidal positions, BLSTM decoder reads position -1.",
         *([f"klue_tc runs (both columns) with the overrides {' '.join(s['overrides'])}."] if s.get("overrides") else []),
         "Peak memory: " + ("torch.cuda.max_memory_allocated of the training process."
-                           if s["device"] and "bf16" in s["device"] else
+                           if s.get("gpu") else
                            "max RSS of each run's process (os.wait4), including Python, torch, tokenizer fitting and evaluation."),
     ]
     return notes
@@ -672,6 +734,10 @@ def render(report: dict) -> str:
     command = (overhead.get("first") or overhead.get("cached") or {}).get("command", "")
     parts += ["", "### Sweep overhead (time to first training step, from job start as FoldMonitor measures it)", "",
               markdown_table(("job", "time to first step", "process wall time"), rows), "",
+              f"Before the job's clock starts: interpreter start-up and imports (python, torch, Lightning, Hydra, "
+              f"klue_tc) take {fmt(overhead.get('startup_s'), '.1f', ' s')} in a fresh process. The process wall "
+              f"time also holds 2 training steps, one validation pass over the fold's held-out titles and the "
+              f"metrics write.", "",
               f"Command (run twice, the same cache dir): `{command}`" if command else ""]
     if "projection" in report:
         parts += ["", *projection_lines(report)]
@@ -696,7 +762,15 @@ def projection_lines(report: dict) -> list[str]:
     for k, wall in p["parallel_s"].items():
         speedups = ", ".join(f"{e} {v:.2f}x" for e, v in p["parallel_speedup"][k].items())
         lines.append(f"- {k} jobs at once on one GPU: **{fmt_seconds(wall)}** (measured aggregate speed-up: {speedups})")
-    lines += ["", f"Assumptions: per-job time = epochs x (train titles / klue_tc titles/s + validation titles / eval "
+    concurrency = report.get("concurrency") or {}
+    ks = sorted({int(k) for per in concurrency.values() for k in per})
+    if ks:
+        rows = [[enc, *(fmt((per.get(k) or per.get(str(k)) or {}).get("aggregate_samples_per_s")) for k in ks),
+                 fmt(max(((v or {}).get("peak_mb_each") or 0) for v in per.values()) or None)]
+                for enc, per in concurrency.items()]
+        lines += ["", markdown_table(("encoder", *(f"{k} job(s) at once: titles/s in all" for k in ks),
+                                      "peak GPU memory per job MB"), rows)]
+    lines += ["", f"Assumptions: per-job time = epochs x (train titles / klue_tc loop titles/s + validation titles / eval "
                   f"titles/s) x layers/3, measured at 3 layers with SentencePiece (Mecab and KoBERT pieces assumed the "
                   f"same speed), every job running all {p['epochs']} epochs (early stopping only shortens it), plus "
                   f"{fmt_seconds(p['overhead_s'])} per job (the cached main job's whole process wall time, start-up to "
@@ -718,7 +792,9 @@ def print_rich(report: dict) -> None:
     if not console.is_terminal or console.width < 200:  # one line per row, also in logs and pipes
         console = Console(width=200)
     s = report["settings"]
-    table = Table(title=f"klue_tc training benchmark: {s['device']}, {s['limit']} titles, batch {s['batch_size']}, "
+    n_train = next((r["klue_tc"]["train_size"] for r in report["results"] if r.get("klue_tc")), s["limit"])
+    clock = ", CPU clock" if s.get("clock") == "cpu" else ""
+    table = Table(title=f"klue_tc training benchmark: {s['device']}{clock}, {n_train} titles, batch {s['batch_size']}, "
                         f"{s['epochs']} epoch(s), {s['layers']} layers")
     for i, name in enumerate(TABLE_HEADER):
         table.add_column(name, justify="left" if i == 0 else "right")
@@ -741,7 +817,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m klue_tc.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="labelled training file (default: %(default)s)")
-    p.add_argument("--limit", type=int, default=5000, help="training titles (default: %(default)s)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="training titles (default: 5000; with --gpu every title left after the 10%% hold-out)")
     p.add_argument("--epochs", type=int, default=1, help="epochs for every run (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=256, help="default: %(default)s")
     p.add_argument("--encoders", default=",".join(ENCODERS), help="comma-separated (default: %(default)s)")
@@ -756,9 +833,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, help="keep runs, caches and logs here (default: a temporary directory)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override for both klue_tc runs (repeatable), e.g. trainer.precision=bf16-mixed")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every run, alternating; each keeps its fastest round (default: %(default)s)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="time training steps on the wall clock (default; FoldMonitor's figure) or the process CPU "
+                        "clock (with --threads 1: robust on a shared, busy machine)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def fail(message: str) -> None:
@@ -768,6 +854,8 @@ def fail(message: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    # SIGTERM ends the benchmark like Ctrl-C does: the run in progress is killed, not orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.worker:
         result = run_worker(json.loads(Path(args.worker).read_text()))
         Path(args.worker_out).write_text(json.dumps(result))
@@ -779,8 +867,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [e for e in encoders if e not in ENCODERS]
     if unknown or not encoders:
         fail(f"--encoders: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENCODERS)}")
-    for name in ("limit", "epochs", "batch_size"):
-        if getattr(args, name) < 1:
+    if args.limit is None and not args.gpu:
+        args.limit = 5000
+    for name in ("limit", "epochs", "batch_size", "repeat"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be a positive integer")
     notes = []
     reference = args.reference.expanduser().resolve() if args.reference else None
@@ -788,6 +878,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         notes.append(f"seed_reference not found at {reference}: its columns are empty")
         print(f"[bench] note: {notes[-1]}", file=sys.stderr)
         reference = None
+    if args.clock == "cpu" and args.gpu:
+        fail("--clock cpu measures CPU runs; with --gpu the wall clock (with CUDA synchronisation) is the measure")
     if args.gpu:
         import torch
 
@@ -800,7 +892,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         work = args.work_dir.expanduser().resolve() if args.work_dir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         bench = Bench(data, args.limit, args.epochs, args.batch_size, encoders, reference, threads, args.gpu, work,
-                      args.timeout, parallel, notes, args.override)
+                      args.timeout, parallel, notes, args.override, args.repeat, args.clock)
         report = bench.measure()
     print_rich(report)
     if args.out:

@@ -15,31 +15,38 @@ from omegaconf.errors import OmegaConfBaseException
 from klue_tc.errors import ConfigError
 
 
-class EncoderKind(str, Enum):
+class _Choice(str, Enum):
+    """A config choice whose str() is its value (run directories, W&B configs, logs)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EncoderKind(_Choice):
     transformer = "transformer"
     trans_blstm = "trans_blstm"
     trans_blstm_parallel = "trans_blstm_parallel"
     cnn = "cnn"
 
 
-class LayerNormPlacement(str, Enum):
+class LayerNormPlacement(_Choice):
     post = "post"
     pre = "pre"
 
 
-class HeadKind(str, Enum):
+class HeadKind(_Choice):
     cls = "cls"
     blstm = "blstm"
     mean = "mean"
 
 
-class TokenizerKind(str, Enum):
+class TokenizerKind(_Choice):
     sentencepiece = "sentencepiece"
     mecab = "mecab"
     kobert = "kobert"
 
 
-class LoggerKind(str, Enum):
+class LoggerKind(_Choice):
     wandb = "wandb"
     csv = "csv"
     none = "none"
@@ -176,7 +183,8 @@ class RunConfig:
 
 def job_config(cfg: DictConfig) -> dict:
     """The job's own config, resolved, without Hydra's section."""
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
+                                  enum_to_str=True)
 
 
 def validate(cfg: DictConfig) -> RunConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -231,7 +232,7 @@ class TokenizerCache:
                 return EncodedTitles(stored["ids"], stored["offsets"])
         encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{np.random.randint(1 << 30)}.tmp.npz")
+        tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp.npz")
         np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets)
         tmp.replace(path)
         return encoded
@@ -239,7 +240,7 @@ class TokenizerCache:
 
 def _atomic_dir_write(directory: Path, writer) -> None:
     """Write into a temporary sibling then rename, so parallel jobs never see half a tokenizer."""
-    tmp = directory.with_name(f"{directory.name}.{np.random.randint(1 << 30)}.tmp")
+    tmp = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}.tmp")
     writer(tmp)
     try:
         tmp.rename(directory)

@@ -251,3 +251,55 @@ def test_blstm_reversal_path_equals_the_packed_run(short_rows):
     for a, b in zip(fast[3], reference[3]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert (fast[0][padding] == 0).all()
+
+
+def test_concurrent_throughput_spans_first_start_to_last_end():
+    results = [{"train_start_wall": 100.0, "train_end_wall": 110.0, "trained_samples": 1000, "samples_per_s": 120.0,
+                "cuda_peak_mb": 500.0},
+               {"train_start_wall": 101.0, "train_end_wall": 120.0, "trained_samples": 1000, "samples_per_s": 60.0,
+                "cuda_peak_mb": 700.0}]
+    agg = bench.concurrent_throughput(results)
+    assert agg["aggregate_samples_per_s"] == pytest.approx(2000 / 20)
+    assert agg["jobs"] == 2 and agg["peak_mb_each"] == 700.0
+
+
+def test_gpu_projection_from_a_report(monkeypatch):
+    monkeypatch.setattr(bench, "paper_sweep_settings", lambda repo=bench.REPO_ROOT: {
+        "epochs": 10, "layers": (2, 3, 4, 5, 6), "jobs_in_file": 600, "source": "sweeps/paper.yaml"})
+    run = {"samples_per_s": 9000.0, "loop_samples_per_s": 8000.0, "eval_samples_per_s": 30000.0}
+    report = {
+        "settings": {"data": "/x/train.tsv", "limit": None, "epochs": 1, "batch_size": 256, "layers": 3, "threads": 16,
+                     "device": "H200 (bf16-mixed)", "gpu": True, "reference": None, "encoders": list(bench.ENCODERS)},
+        "results": [{"encoder": e, "klue_tc": dict(run, train_size=41110, val_size=4568), "notebook": dict(run),
+                     "reference": None} for e in bench.ENCODERS],
+        "overhead": {"first": None, "cached": {"time_to_first_step_s": 0.5, "wall_s": 12.0}},
+        "concurrency": {e: {1: {"aggregate_samples_per_s": 8000.0}, 2: {"aggregate_samples_per_s": 14000.0},
+                            4: None} for e in bench.ENCODERS},
+        "notes": [],
+    }
+    p = bench.gpu_projection(report)
+    expected = bench.project_sweep({e: 8000.0 for e in bench.ENCODERS}, {e: 30000.0 for e in bench.ENCODERS},
+                                   epochs=10, overhead_s=12.0, parallel_speedup={2: {e: 1.75 for e in bench.ENCODERS},
+                                                                                 4: {e: 1.0 for e in bench.ENCODERS}})
+    assert p["jobs"] == 600
+    assert p["sequential_s"] == pytest.approx(expected["sequential_s"])
+    assert p["parallel_s"][2] == pytest.approx(expected["parallel_s"][2])
+    assert set(p["parallel_assumed_1x"]) == {f"{e} k=4" for e in bench.ENCODERS}
+    report["projection"] = p
+    text = bench.render(report)
+    assert "Paper sweep projection (600 single-fold jobs, 10 epochs each" in text
+    assert "2 jobs at once on one GPU" in text and "Not measured, assumed 1x" in text
+    assert "torch.cuda.max_memory_allocated" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_concurrent_workers_start_together(tmp_path):
+    """The --gpu concurrency measurement's machinery (barrier, aggregate), exercised on CPU."""
+    data = _headlines(tmp_path / "train.tsv")
+    b = bench.Bench(data, 40, 1, 16, ["cnn"], None, 1, False, tmp_path / "work", 300)
+    (tmp_path / "work").mkdir()
+    agg = b.concurrency("cnn", 2)
+    assert agg is not None and agg["jobs"] == 2, b.notes
+    assert agg["aggregate_samples_per_s"] > 0 and len(agg["per_job_samples_per_s"]) == 2
+    assert len(list((tmp_path / "work" / "barrier-cnn-2").glob("*.ready"))) == 2
