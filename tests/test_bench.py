@@ -289,6 +289,7 @@ def test_gpu_projection_from_a_report(monkeypatch):
     text = bench.render(report)
     assert "Paper sweep projection (600 single-fold jobs, 10 epochs each" in text
     assert "2 jobs at once on one GPU" in text and "Not measured, assumed 1x" in text
+    assert "| transformer | 8000 | 14000 | — |" in text  # aggregate titles/s with 1, 2 (and 4: failed) jobs
     assert "torch.cuda.max_memory_allocated" in text
 
 
