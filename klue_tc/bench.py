@@ -691,10 +691,12 @@ def footnotes(report: dict) -> list[str]:
            f"steps FoldMonitor times, seed_reference's own timer pointed at time.process_time. On a shared machine "
            f"this is the work each run needs, not the time slices it got; FoldMonitor's wall-clock figures are in "
            f"the JSON (monitor_samples_per_s)."] if s.get("clock") == "cpu" else []),
-        "titles/s: klue_tc and notebook-path = FoldMonitor's train_samples_per_s (the metrics.json figure): "
-        "forward + backward + optimiser steps only, first step excluded, batch assembly excluded. seed_reference = "
-        "its own figure: wall time of its epoch loops (batch indexing and the first step included). The klue_tc "
-        "loop figure below includes batch assembly and Lightning's hooks, for the like-for-like view.",
+        ("titles/s: klue_tc and notebook-path = the steps FoldMonitor times for train_samples_per_s (the "
+         "metrics.json figure)" if s.get("clock") == "cpu" else
+         "titles/s: klue_tc and notebook-path = FoldMonitor's train_samples_per_s (the metrics.json figure)")
+        + ": forward + backward + optimiser steps only, first step excluded, batch assembly excluded. seed_reference "
+          "= its own figure: its epoch loops (batch indexing and the first step included). The klue_tc loop figure "
+          "below (wall clock) includes batch assembly and Lightning's hooks between steps, for the like-for-like view.",
         "macro-F1: after the last epoch, on the held-out titles, for all three (klue_tc's best-epoch F1 is in the JSON).",
         f"Tokenizers: klue_tc SentencePiece unigram, vocab 6000 (got {ours.get('vocab_size', '?')}), [CLS]/[SEP]; "
         f"seed_reference SentencePiece unigram, vocab 6005, [BOS]/[EOS]. Longest training title: "
