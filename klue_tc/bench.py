@@ -418,7 +418,7 @@ def run_worker(spec: dict) -> dict:
 
     return {
         "encoder": spec["encoder"], "bucketing": spec["bucketing"], "layers": run.encoder.layers,
-        "head": run.head.name.value, "precision": run.trainer.precision or ("bf16-mixed" if spec["gpu"] else "32-true"),
+        "head": run.head.name.value, "precision": fold_module.default_precision(run.trainer),
         "samples_per_s": record["train_samples_per_s"],
         "loop_samples_per_s": timer.loop_samples / timer.loop_seconds if timer.loop_seconds else None,
         # The same steps as FoldMonitor's, on the process CPU clock: with one thread, a measure that

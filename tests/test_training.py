@@ -45,3 +45,20 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
         fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
         results.append((fold["f1"], fold["accuracy"], fold["best_epoch"]))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("accelerator, gpu, amx, asked, expected", [
+    ("cpu", False, False, None, "32-true"),       # bf16 would be emulated: slower than fp32
+    ("cpu", False, True, None, "bf16-mixed"),     # AMX: native bf16 matrix tiles
+    ("auto", True, False, None, "bf16-mixed"),    # GPU
+    ("cpu", False, True, "32-true", "32-true"),   # an explicit trainer.precision always wins
+])
+def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, amx, expected, asked):
+    import torch
+
+    from klue_tc import fold
+    from klue_tc.config import TrainerConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected

@@ -9,13 +9,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention through torch's fused `scaled_dot_product_attention`."""
+# On CPU, SDPA's flash kernel is slower than its math path for titles this short: with
+# bf16 autocast, 0.55 vs 0.34 s per training step (3 layers, batch 256, ~18 tokens; README).
+_CPU_ATTENTION = [SDPBackend.MATH]
 
-    def __init__(self, d_model: int, heads: int, dropout: float):
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through torch's fused `scaled_dot_product_attention`.
+
+    `dropout` acts on the attention probabilities; the original study had none (0.0)."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0):
         super().__init__()
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
@@ -25,7 +33,12 @@ class SelfAttention(nn.Module):
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=self.dropout if self.training else 0.0)
+        dropout = self.dropout if self.training else 0.0
+        if x.is_cpu:
+            with sdpa_kernel(_CPU_ATTENTION):
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
     def output_layers(self) -> list[nn.Linear]:
@@ -33,9 +46,11 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+    """Linear-ReLU-Linear, as in the original (no dropout inside: the residual's dropout follows)."""
+
+    def __init__(self, d_model: int, ffn_dim: int):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -103,9 +118,9 @@ class BLSTMSublayer(nn.Module):
 class FFNWithBLSTM(nn.Module):
     """The paper's TRANS-BLSTM: BLSTM output added beside the FFN output, one residual."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+    def __init__(self, d_model: int, ffn_dim: int):
         super().__init__()
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim)
         self.blstm = BLSTMSublayer(d_model)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:

@@ -51,13 +51,13 @@ def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
     """What follows attention in one block, per encoder variant."""
     d = cfg.d_model
     if cfg.name == EncoderKind.transformer:
-        return [FeedForward(d, cfg.ffn_dim, cfg.dropout)]
+        return [FeedForward(d, cfg.ffn_dim)]
     if cfg.name == EncoderKind.trans_blstm:  # TRANS-BLSTM-SMALL: the BLSTM replaces the FFN
         return [BLSTMSublayer(d)]
     if cfg.name == EncoderKind.trans_blstm_parallel:
-        return [FFNWithBLSTM(d, cfg.ffn_dim, cfg.dropout)]
+        return [FFNWithBLSTM(d, cfg.ffn_dim)]
     if cfg.name == EncoderKind.cnn:
-        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout), FeedForward(d, cfg.ffn_dim, cfg.dropout)]
+        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout), FeedForward(d, cfg.ffn_dim)]
     raise ValueError(f"unknown encoder {cfg.name}")
 
 
@@ -65,7 +65,7 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
-        sublayers = [SelfAttention(cfg.d_model, cfg.heads, cfg.dropout), *position_wise_sublayer(cfg)]
+        sublayers = [SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout), *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
