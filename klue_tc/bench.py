@@ -408,8 +408,8 @@ def run_worker(spec: dict) -> dict:
     # One extra callback beside train_fold's own (FoldMonitor etc.): the trainer is otherwise unchanged.
     timer = _loop_timer_class()()
     make_trainer = fold_module.make_trainer
-    fold_module.make_trainer = lambda cfg, fold_dir, logger, callbacks: make_trainer(
-        cfg, fold_dir, logger, [*callbacks, timer])
+    fold_module.make_trainer = lambda cfg, fold_dir, logger, callbacks, **kwargs: make_trainer(
+        cfg, fold_dir, logger, [*callbacks, timer], **kwargs)
     if spec.get("barrier"):
         _barrier(Path(spec["barrier"]["dir"]), spec["barrier"]["count"], spec["barrier"]["name"])
     record = fold_module.train_fold(run, 0, prepared, Path(spec["work_dir"]), None, job_start)
@@ -706,6 +706,9 @@ def footnotes(report: dict) -> list[str]:
         "gradient clipping 1.0, zero-initialised residual branches, scaled sinusoidal positions; BLSTM head reads "
         "the packed final states; attention and BLSTMs skip pads); seed_reference = Adam lr 1e-4 constant, fixed "
         "sinusoidal positions, BLSTM decoder reads position -1.",
+        f"Precision: klue_tc {ours.get('precision', '?')} (trainer.precision's default here: bf16 autocast where "
+        "the CPU has AMX bf16 tiles or on a GPU, else fp32; `--override trainer.precision=32-true` for fp32); "
+        "seed_reference fp32.",
         *([f"klue_tc runs (both columns) with the overrides {' '.join(s['overrides'])}."] if s.get("overrides") else []),
         "Peak memory: " + ("torch.cuda.max_memory_allocated of the training process."
                            if s.get("gpu") else

@@ -1,10 +1,12 @@
-"""Lightning callback that measures what the results need: throughput, best epoch, first step."""
+"""Lightning callbacks: what the results need (throughput, best epoch, first step); weight EMA."""
 from __future__ import annotations
 
 import time
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import WeightAveraging
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 
 def _sync(trainer: L.Trainer) -> None:
@@ -49,3 +51,11 @@ class FoldMonitor(L.Callback):
     @property
     def samples_per_s(self) -> float:
         return self.step_samples / self.step_seconds if self.step_seconds else float("nan")
+
+
+class ExponentialMovingAverage(WeightAveraging):
+    """Lightning's weight averaging as an EMA updated after every step: validation, the best
+    checkpoint and the final model all use the averaged weights."""
+
+    def __init__(self, decay: float):
+        super().__init__(multi_avg_fn=get_ema_multi_avg_fn(decay))

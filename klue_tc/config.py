@@ -79,6 +79,7 @@ class TokenizerConfig:
     max_length: int = 128
     model_path: Optional[str] = None
     hub_repo: str = "skt/kobert-base-v1"
+    sampling_alpha: float = 0.0
 
 
 @dataclass
@@ -119,6 +120,7 @@ class OptimConfig:
     warmup_ratio: float = 0.1
     schedule: str = "cosine"
     label_smoothing: float = 0.0
+    ema_decay: float = 0.0
 
 
 @dataclass
@@ -218,6 +220,10 @@ def _check_ranges(run: RunConfig) -> None:
         (run.encoder.positions in ("sinusoidal", "scaled_sinusoidal", "learned"),
          f"encoder.positions must be one of sinusoidal, scaled_sinusoidal, learned; got {run.encoder.positions}"),
         (0.0 <= run.augment.p < 1.0, f"augment.p must be in [0, 1), got {run.augment.p}"),
+        (0.0 <= run.tokenizer.sampling_alpha <= 1.0,
+         f"tokenizer.sampling_alpha must be in [0, 1], got {run.tokenizer.sampling_alpha}"),
+        (run.tokenizer.sampling_alpha == 0.0 or run.tokenizer.name != TokenizerKind.mecab,
+         "tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
     ]
     for ok, message in checks:
         if not ok:

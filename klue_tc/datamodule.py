@@ -7,7 +7,7 @@ original notebook did. Buckets are re-drawn and shuffled every epoch, so trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import lightning as L
 import numpy as np
@@ -76,6 +76,8 @@ class BucketBatchSampler(Sampler[list[int]]):
 class EncodedSplit:
     encoded: EncodedTitles
     labels: Optional[np.ndarray]
+    # Subword regularization: epoch -> that epoch's sampled encoding of the same titles.
+    resample: Optional[Callable[[int], EncodedTitles]] = None
 
 
 def make_loader(split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0,
@@ -101,7 +103,14 @@ class FoldDataModule(L.LightningDataModule):
         self.pad_to = int(train.encoded.lengths.max())
 
     def train_dataloader(self) -> DataLoader:
-        return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+        if self.train.resample is None:
+            return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+        # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
+        # sampled segmentation, and a fresh sampler whose shuffle must differ by epoch.
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        split = EncodedSplit(self.train.resample(epoch), self.train.labels)
+        return make_loader(split, self.cfg, self.pad_id, train=True, seed=self.seed + epoch,
+                           pad_to=int(split.encoded.lengths.max()))
 
     def val_dataloader(self) -> DataLoader:
         return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)

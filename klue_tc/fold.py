@@ -13,12 +13,12 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
-from klue_tc.callbacks import FoldMonitor
+from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor
 from klue_tc.config import RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.module import TopicClassifierModule
-from klue_tc.tokenizers import Tokenizer, TokenizerCache
+from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,15 @@ def prepare_fold(run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, va
     train_part = data.subset(train_idx)
     tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
     encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
+    resample = None
+    if run.tokenizer.sampling_alpha > 0:
+        alpha, texts, seed = run.tokenizer.sampling_alpha, train_part.texts, run.seed
+
+        def resample(epoch: int) -> EncodedTitles:
+            return EncodedTitles.from_lists(tokenizer.encode_sampled(texts, alpha, seed + epoch))
     return PreparedFold(
         tokenizer, key,
-        EncodedSplit(encoded.take(train_idx), data.labels[train_idx]),
+        EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
     )
 
@@ -62,7 +68,8 @@ def default_precision(cfg: TrainerConfig) -> str:
     return "bf16-mixed" if uses_gpu(cfg) or cpu_has_bf16_matmul() else "32-true"
 
 
-def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list) -> L.Trainer:
+def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list,
+                 reload_train_data: bool = False) -> L.Trainer:
     precision = default_precision(cfg)
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
     if show_bar:
@@ -73,6 +80,7 @@ def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], c
         enable_progress_bar=show_bar, enable_model_summary=False, log_every_n_steps=cfg.log_every_n_steps,
         deterministic=cfg.deterministic, default_root_dir=str(fold_dir), num_sanity_val_steps=0,
         fast_dev_run=cfg.fast_dev_run, limit_train_batches=cfg.limit_train_batches,
+        reload_dataloaders_every_n_epochs=int(reload_train_data),
     )
 
 
@@ -98,10 +106,15 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
         module.model = torch.compile(module.model, dynamic=True)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
     monitor = FoldMonitor(job_start)
+    # The EMA comes first, so that FoldMonitor's step time includes its update.
+    averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
+    # Weights-only checkpoints skip the callbacks' save hooks, so with an EMA the checkpoint is a
+    # full one: its state_dict then holds the averaged weights that were validated.
     checkpoint = ModelCheckpoint(dirpath=str(fold_dir), filename="best", monitor="val/f1", mode="max",
-                                 save_top_k=1, save_weights_only=True, enable_version_counter=False)
+                                 save_top_k=1, save_weights_only=not averaging, enable_version_counter=False)
     early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
-    trainer = make_trainer(run.trainer, fold_dir, logger, [monitor, checkpoint, early_stop, EpochLine(fold)])
+    trainer = make_trainer(run.trainer, fold_dir, logger, [*averaging, monitor, checkpoint, early_stop, EpochLine(fold)],
+                           reload_train_data=prepared.train.resample is not None)
     trainer.fit(module, datamodule=datamodule)
     tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
     return {

@@ -54,9 +54,16 @@ class Tokenizer(ABC):
     def _save_model(self, directory: Path) -> dict: ...
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._frame(self._piece_ids(texts))
+
+    def encode_sampled(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+        """`encode` with a sampled segmentation per title (subword regularization, Kudo 2018)."""
+        raise NotImplementedError(f"{self.kind} has one segmentation per title; sampling needs SentencePiece")
+
+    def _frame(self, pieces: list[list[int]]) -> list[list[int]]:
         body = self.max_length - 2
         cls, sep = self.specials.cls, self.specials.sep
-        return [[cls, *ids[:body], sep] for ids in self._piece_ids(texts)]
+        return [[cls, *ids[:body], sep] for ids in pieces]
 
     def save(self, directory: str | Path) -> Path:
         directory = Path(directory)
@@ -81,6 +88,11 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _piece_ids(self, texts):
         return self.processor.encode(list(texts))
+
+    def encode_sampled(self, texts, alpha, seed):
+        spm.set_random_generator_seed(seed)
+        # nbest_size=-1: sample from every segmentation of the lattice, smoothed by alpha.
+        return self._frame(self.processor.encode(list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1))
 
     def _save_model(self, directory):
         (directory / "spiece.model").write_bytes(self.model_proto)
@@ -193,7 +205,8 @@ def tokenizer_key(cfg: TokenizerConfig, train_fingerprint: str) -> str:
         parts = {"kobert": hashlib.sha1(kobert_model_file(cfg).read_bytes()).hexdigest(), "max_length": cfg.max_length}
     else:
         settings = asdict(cfg)
-        settings.pop("model_path"), settings.pop("hub_repo")
+        # Neither where the model comes from nor sampling at training time changes the fitted model.
+        settings.pop("model_path"), settings.pop("hub_repo"), settings.pop("sampling_alpha")
         if cfg.name == TokenizerKind.mecab:  # SentencePiece-only settings do not change Mecab
             for key in ("vocab_size", "model_type", "character_coverage"):
                 settings.pop(key)

@@ -63,6 +63,8 @@ def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
     ("encoder.ln=middle", "Invalid value 'middle', expected one of [post, pre]"),
     ("encoder.layrs=3", "Key 'layrs' not in 'EncoderConfig'"),
     ("cv.fold=7", "error: cv.fold must be in 0..4, got 7"),
+    ("tokenizer=mecab tokenizer.sampling_alpha=0.2",
+     "error: tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
 ])
 def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, expected):
     done = run_cli([override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120)

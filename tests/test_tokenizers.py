@@ -103,3 +103,19 @@ def test_too_small_sentencepiece_vocabulary_is_a_config_error():
     from klue_tc.errors import ConfigError
     with pytest.raises(ConfigError, match="raise tokenizer.vocab_size"):
         tk.fit_tokenizer(TokenizerConfig(vocab_size=20), TRAIN)
+
+
+def test_sampled_segmentations_vary_by_seed_and_keep_the_text():
+    tok = fitted(TokenizerKind.sentencepiece)
+    titles = TRAIN[:40]
+    first, again, other = (tok.encode_sampled(titles, 0.2, seed) for seed in (1, 1, 2))
+    assert first == again  # seeded: reproducible
+    assert first != other and first != tok.encode(titles)  # another segmentation of the same titles
+    for ids, plain in zip(other, tok.encode(titles)):  # (decoded: NFKC-normalised like the plain pieces)
+        assert ids[0] == tok.specials.cls and ids[-1] == tok.specials.sep
+        assert tok.processor.decode(ids[1:-1]) == tok.processor.decode(plain[1:-1])
+
+
+def test_sampling_leaves_the_tokenizer_cache_key_alone():
+    plain, sampled = TokenizerConfig(), TokenizerConfig(sampling_alpha=0.2)
+    assert tk.tokenizer_key(plain, "data") == tk.tokenizer_key(sampled, "data")

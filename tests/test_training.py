@@ -1,5 +1,7 @@
 import json
 
+import numpy as np
+
 import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
@@ -62,3 +64,50 @@ def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, a
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
+
+
+def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv):
+    import torch
+
+    run_dir = tmp_path / "run"
+    run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
+                             "cv.fold=0", "trainer.max_epochs=2", "optim.ema_decay=0.9"), run_dir)
+    checkpoint = torch.load(run_dir / "fold0" / "best.ckpt", map_location="cpu", weights_only=False)
+    averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
+    assert averaged.keys() == current.keys()
+    weight = "model.encoder.blocks.0.sublayers.0.sublayer.qkv.weight"
+    # The EMA trails the trained weights: equal would mean the average was never used.
+    assert not torch.equal(averaged[weight], current[weight])
+
+
+def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_tsv):
+    from klue_tc.config import DataConfig
+    from klue_tc.datamodule import EncodedSplit, FoldDataModule
+    from klue_tc.tokenizers import EncodedTitles
+    from klue_tc.config import TokenizerConfig
+    from klue_tc.tokenizers import fit_tokenizer
+
+    texts = [t for _, t in make_headlines(per_class=6)]
+    tok = fit_tokenizer(TokenizerConfig(vocab_size=300), texts)
+    plain = EncodedTitles.from_lists(tok.encode(texts))
+    labels = np.zeros(len(texts), dtype=np.int64)
+
+    def resample(epoch):
+        return EncodedTitles.from_lists(tok.encode_sampled(texts, 0.3, epoch))
+
+    module = FoldDataModule(EncodedSplit(plain, labels, resample), EncodedSplit(plain, labels),
+                            DataConfig(batch_size=len(texts)), tok.specials.pad, seed=0)
+
+    class Clock:  # what the datamodule reads from its trainer
+        current_epoch = 0
+
+    module.trainer = Clock()
+    ids = []
+    for epoch in (0, 1):
+        Clock.current_epoch = epoch
+        batch = next(iter(module.train_dataloader()))
+        ids.append({int(i): row[row != tok.specials.pad].tolist() for i, row in zip(batch["index"], batch["input_ids"])})
+    assert ids[0].keys() == ids[1].keys() == set(range(len(texts)))
+    assert ids[0] != ids[1]
+    for i, plain_ids in enumerate(tok.encode(texts)):  # different pieces, the same title
+        assert tok.processor.decode(ids[1][i][1:-1]) == tok.processor.decode(plain_ids[1:-1])
