@@ -6,7 +6,6 @@ import time
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import WeightAveraging
-from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 
 def _sync(trainer: L.Trainer) -> None:
@@ -53,9 +52,26 @@ class FoldMonitor(L.Callback):
         return self.step_samples / self.step_seconds if self.step_seconds else float("nan")
 
 
+def ema_with_warmup(decay: float):
+    """An AveragedModel update whose decay ramps up as (1 + n) / (10 + n) towards `decay`
+    (TensorFlow's ExponentialMovingAverage with num_updates): early on, and in a 20-step smoke
+    run, the average follows the model instead of holding on to its first steps."""
+
+    @torch.no_grad()
+    def update(averaged: list[torch.Tensor], current: list[torch.Tensor], n_averaged: torch.Tensor) -> None:
+        n = int(n_averaged)
+        step_decay = min(decay, (1 + n) / (10 + n))
+        if torch.is_floating_point(averaged[0]):
+            torch._foreach_lerp_(averaged, current, 1 - step_decay)
+        else:
+            torch._foreach_copy_(averaged, current)
+
+    return update
+
+
 class ExponentialMovingAverage(WeightAveraging):
     """Lightning's weight averaging as an EMA updated after every step: validation, the best
     checkpoint and the final model all use the averaged weights."""
 
     def __init__(self, decay: float):
-        super().__init__(multi_avg_fn=get_ema_multi_avg_fn(decay))
+        super().__init__(multi_avg_fn=ema_with_warmup(decay))

@@ -94,6 +94,7 @@ class EncoderConfig:
     conv_kernel: int = 3
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    piece_ngram_buckets: int = 0
     positions: str = "scaled_sinusoidal"
     max_positions: int = 512
     zero_init_residual: bool = True

@@ -101,7 +101,8 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
                logger: Optional[Logger], job_start: float) -> dict:
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
+        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment,
+        pieces=prepared.tokenizer.pieces())
     if run.trainer.compile:
         module.model = torch.compile(module.model, dynamic=True)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)

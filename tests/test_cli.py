@@ -67,7 +67,7 @@ def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
      "error: tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
 ])
 def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, expected):
-    done = run_cli([override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120)
+    done = run_cli([*override.split(), f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr

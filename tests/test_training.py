@@ -111,3 +111,15 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     assert ids[0] != ids[1]
     for i, plain_ids in enumerate(tok.encode(texts)):  # different pieces, the same title
         assert tok.processor.decode(ids[1][i][1:-1]) == tok.processor.decode(plain_ids[1:-1])
+
+
+def test_ema_decay_ramps_up_then_holds():
+    import torch
+
+    from klue_tc.callbacks import ema_with_warmup
+
+    update = ema_with_warmup(0.99)
+    for n, expected_decay in [(1, 2 / 11), (90, 0.91), (10_000, 0.99)]:
+        averaged, current = [torch.zeros(3)], [torch.ones(3)]
+        update(averaged, current, torch.tensor(n))
+        assert torch.allclose(averaged[0], torch.full((3,), 1 - expected_decay))
