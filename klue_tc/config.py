@@ -94,7 +94,6 @@ class EncoderConfig:
     conv_kernel: int = 3
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    piece_ngram_buckets: int = 0
     positions: str = "scaled_sinusoidal"
     max_positions: int = 512
     zero_init_residual: bool = True
@@ -121,7 +120,7 @@ class OptimConfig:
     warmup_ratio: float = 0.1
     schedule: str = "cosine"
     label_smoothing: float = 0.0
-    ema_decay: float = 0.0
+    ema_decay: float = 0.995
 
 
 @dataclass

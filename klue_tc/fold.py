@@ -84,6 +84,17 @@ def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], c
     )
 
 
+def keep_weights_only(path: Path) -> None:
+    """Shrink a full checkpoint to what loading the model needs (the EMA's full checkpoints also
+    hold the optimiser state and the un-averaged weights: 4x the size, over hundreds of jobs)."""
+    full = torch.load(path, map_location="cpu", weights_only=False)
+    slim = {k: full[k] for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version", "epoch",
+                                 "global_step") if k in full}
+    tmp = path.with_suffix(".tmp")
+    torch.save(slim, tmp)
+    tmp.replace(path)
+
+
 class EpochLine(L.Callback):
     """One log line per epoch, for runs without a progress bar (CI, sweeps, SLURM logs)."""
 
@@ -101,8 +112,7 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
                logger: Optional[Logger], job_start: float) -> dict:
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment,
-        pieces=prepared.tokenizer.pieces())
+        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
     if run.trainer.compile:
         module.model = torch.compile(module.model, dynamic=True)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
@@ -110,13 +120,15 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
     # Weights-only checkpoints skip the callbacks' save hooks, so with an EMA the checkpoint is a
-    # full one: its state_dict then holds the averaged weights that were validated.
+    # full one (its state_dict then holds the averaged weights that were validated), slimmed after fit.
     checkpoint = ModelCheckpoint(dirpath=str(fold_dir), filename="best", monitor="val/f1", mode="max",
                                  save_top_k=1, save_weights_only=not averaging, enable_version_counter=False)
     early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
     trainer = make_trainer(run.trainer, fold_dir, logger, [*averaging, monitor, checkpoint, early_stop, EpochLine(fold)],
                            reload_train_data=prepared.train.resample is not None)
     trainer.fit(module, datamodule=datamodule)
+    if averaging and checkpoint.best_model_path:
+        keep_weights_only(Path(checkpoint.best_model_path))
     tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
     return {
         "fold": fold,

@@ -14,7 +14,6 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import NUM_CLASSES
 from klue_tc.models import build_classifier
-from klue_tc.models.piece_ngrams import ngram_index
 from klue_tc.tokenizers import SpecialIds
 
 
@@ -60,15 +59,8 @@ class TopicClassifierModule(L.LightningModule):
 
     @classmethod
     def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
-                     optim: OptimConfig, augment: AugmentConfig, pieces: list[str] | None = None) -> "TopicClassifierModule":
-        """`pieces` (the tokenizer's vocabulary) is needed when encoder.piece_ngram_buckets > 0."""
-        module = cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
-        if encoder.piece_ngram_buckets > 0:
-            if pieces is None:
-                raise ValueError("encoder.piece_ngram_buckets needs the tokenizer's pieces")
-            index = ngram_index(pieces, asdict(specials).values(), encoder.piece_ngram_buckets)
-            module.model.encoder.embeddings.set_piece_ngrams(torch.from_numpy(index))
-        return module
+                     optim: OptimConfig, augment: AugmentConfig) -> "TopicClassifierModule":
+        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)

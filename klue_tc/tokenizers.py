@@ -56,10 +56,6 @@ class Tokenizer(ABC):
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         return self._frame(self._piece_ids(texts))
 
-    @abstractmethod
-    def pieces(self) -> list[str]:
-        """The vocabulary: the piece of every id."""
-
     def encode_sampled(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
         """`encode` with a sampled segmentation per title (subword regularization, Kudo 2018)."""
         raise NotImplementedError(f"{self.kind} has one segmentation per title; sampling needs SentencePiece")
@@ -92,9 +88,6 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _piece_ids(self, texts):
         return self.processor.encode(list(texts))
-
-    def pieces(self):
-        return [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
 
     def encode_sampled(self, texts, alpha, seed):
         spm.set_random_generator_seed(seed)
@@ -149,9 +142,6 @@ class MecabTokenizer(Tokenizer):
     def morphemes(texts: Sequence[str]) -> list[list[str]]:
         tagger = _mecab_tagger()
         return [tagger.parse(text).split() for text in texts]
-
-    def pieces(self):
-        return list(self.vocab)
 
     def _piece_ids(self, texts):
         unk = self.specials.unk

@@ -114,38 +114,3 @@ def test_schedule_warms_up_then_decays():
     linear = lr_lambda("linear", 0, 10)
     assert [round(linear(s), 2) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]
 
-
-def test_piece_ngrams_are_syllables_and_bigrams_with_a_word_start_mark():
-    from klue_tc.models.piece_ngrams import ngram_index, piece_ngrams
-
-    assert piece_ngrams("▁삼성") == ["삼", "성", "<삼", "삼성"]
-    assert piece_ngrams("전자") == ["전", "자", "전자"]
-    assert piece_ngrams("▁") == []
-    index = ngram_index(["[PAD]", "▁삼성", "삼성"], skip=[0], buckets=100)
-    assert not index[0].any()  # specials get no n-grams
-    assert (index[1] > 0).sum() == 4 and (index[2] > 0).sum() == 3
-    assert set(index[2][index[2] > 0]) <= set(index[1][index[1] > 0])  # shared syllables share buckets
-
-
-def test_piece_ngram_embeddings_tie_pieces_that_share_syllables():
-    from klue_tc.module import TopicClassifierModule
-    from klue_tc.config import AugmentConfig, OptimConfig
-
-    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "▁삼성", "▁삼성전자", "▁축구"]
-    module = TopicClassifierModule.from_configs(
-        len(pieces), SPECIALS, tiny_encoder(EncoderKind.transformer, piece_ngram_buckets=1000),
-        HeadConfig(name=HeadKind.mean, hidden=8), OptimConfig(), AugmentConfig(), pieces=pieces)
-    embeddings = module.model.encoder.embeddings
-    ids = torch.tensor([[2, 5, 3], [2, 6, 3]])
-    module(ids).sum().backward()
-    grad = embeddings.ngrams.weight.grad
-    index = embeddings.ngram_index
-    in_batch = index[5:7][index[5:7] > 0]  # ▁삼성, ▁삼성전자
-    soccer = index[7][index[7] > 0]
-    assert grad[index[5][index[5] > 0]].abs().sum() > 0  # the n-grams of pieces in the batch learn
-    assert grad[soccer[~torch.isin(soccer, in_batch)]].abs().sum() == 0  # an absent piece's do not
-    # and a checkpoint round trip keeps the index
-    state = module.state_dict()
-    again = TopicClassifierModule(**module.hparams)
-    again.load_state_dict(state)
-    assert torch.equal(again.model.encoder.embeddings.ngram_index, embeddings.ngram_index)

@@ -66,18 +66,33 @@ def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, a
     assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
 
 
-def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv):
+def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     import torch
 
+    from klue_tc import fold
+
+    slim = fold.keep_weights_only
+
+    def keep_the_raw_weights_aside(path):  # the un-averaged weights, before slimming drops them
+        torch.save(torch.load(path, map_location="cpu", weights_only=False)["current_model_state"],
+                   path.parent / "raw.pt")
+        slim(path)
+
+    monkeypatch.setattr(fold, "keep_weights_only", keep_the_raw_weights_aside)
     run_dir = tmp_path / "run"
     run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
                              "cv.fold=0", "trainer.max_epochs=2", "optim.ema_decay=0.9"), run_dir)
-    checkpoint = torch.load(run_dir / "fold0" / "best.ckpt", map_location="cpu", weights_only=False)
-    averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
-    assert averaged.keys() == current.keys()
+    from klue_tc.module import TopicClassifierModule
+
+    path = run_dir / "fold0" / "best.ckpt"
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    assert "optimizer_states" not in checkpoint and "current_model_state" not in checkpoint  # slimmed
+    last = run_dir / "fold0" / "raw.pt"
+    averaged, raw = checkpoint["state_dict"], torch.load(last, map_location="cpu")
     weight = "model.encoder.blocks.0.sublayers.0.sublayer.qkv.weight"
     # The EMA trails the trained weights: equal would mean the average was never used.
-    assert not torch.equal(averaged[weight], current[weight])
+    assert not torch.equal(averaged[weight], raw[weight])
+    TopicClassifierModule.load_from_checkpoint(path, map_location="cpu")  # loads as a model
 
 
 def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_tsv):

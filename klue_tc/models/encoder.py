@@ -4,11 +4,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from klue_tc.config import EncoderConfig, EncoderKind, LayerNormPlacement
-from klue_tc.models.piece_ngrams import NGRAMS_PER_PIECE
 from klue_tc.models.blocks import (
     BLSTMSublayer, ConvSublayer, FeedForward, FFNWithBLSTM, Residual, SelfAttention,
 )
@@ -43,25 +41,10 @@ class Embeddings(nn.Module):
         gain = cfg.d_model ** -0.5 if cfg.positions == "scaled_sinusoidal" else 1.0
         self.position_gain = nn.Parameter(torch.tensor(gain), requires_grad=cfg.positions == "scaled_sinusoidal")
         self.drop = nn.Dropout(cfg.dropout)
-        if cfg.piece_ngram_buckets > 0:
-            # Filled by set_piece_ngrams() from the fold's tokenizer; saved with the weights.
-            self.register_buffer("ngram_index", torch.zeros(vocab_size, NGRAMS_PER_PIECE, dtype=torch.long))
-            self.ngrams = nn.EmbeddingBag(cfg.piece_ngram_buckets + 1, cfg.d_model, mode="mean", padding_idx=0)
-        else:
-            self.ngrams = None
-
-    def set_piece_ngrams(self, index: torch.Tensor) -> None:
-        self.ngram_index.copy_(index)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = self.positions[: input_ids.size(1)] * self.position_gain
-        if self.ngrams is None:
-            tokens = self.tokens(input_ids)
-        else:
-            # The whole vocabulary's table once per step (vocab x 32 look-ups), then the batch's rows.
-            table = self.tokens.weight + self.ngrams(self.ngram_index)
-            tokens = F.embedding(input_ids, table, padding_idx=self.tokens.padding_idx)
-        return self.drop(tokens * self.scale + positions)
+        return self.drop(self.tokens(input_ids) * self.scale + positions)
 
 
 def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
