@@ -118,6 +118,7 @@ class OptimConfig:
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     warmup_ratio: float = 0.1
+    min_warmup_steps: int = 8
     schedule: str = "cosine"
     label_smoothing: float = 0.0
     ema_decay: float = 0.995

@@ -114,3 +114,11 @@ def test_schedule_warms_up_then_decays():
     linear = lr_lambda("linear", 0, 10)
     assert [round(linear(s), 2) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]
 
+
+
+def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
+    from klue_tc.module import warmup_steps
+
+    assert warmup_steps(0.1, 8, 1290) == 129
+    assert warmup_steps(0.1, 8, 20) == 8
+    assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
