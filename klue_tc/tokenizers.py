@@ -92,7 +92,10 @@ class SentencePieceTokenizer(Tokenizer):
     def encode_sampled(self, texts, alpha, seed):
         spm.set_random_generator_seed(seed)
         # nbest_size=-1: sample from every segmentation of the lattice, smoothed by alpha.
-        return self._frame(self.processor.encode(list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1))
+        # One thread: SentencePiece seeds each worker thread alike, so with several the sample a
+        # title gets depends on which thread takes it.
+        return self._frame(self.processor.encode(list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1,
+                                                 num_threads=1))
 
     def _save_model(self, directory):
         (directory / "spiece.model").write_bytes(self.model_proto)
