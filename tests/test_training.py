@@ -70,6 +70,7 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     import torch
 
     from klue_tc import fold
+    from klue_tc.module import TopicClassifierModule
 
     slim = fold.keep_weights_only
 
@@ -82,13 +83,10 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     run_dir = tmp_path / "run"
     run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
                              "cv.fold=0", "trainer.max_epochs=2", "optim.ema_decay=0.9"), run_dir)
-    from klue_tc.module import TopicClassifierModule
-
     path = run_dir / "fold0" / "best.ckpt"
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     assert "optimizer_states" not in checkpoint and "current_model_state" not in checkpoint  # slimmed
-    last = run_dir / "fold0" / "raw.pt"
-    averaged, raw = checkpoint["state_dict"], torch.load(last, map_location="cpu")
+    averaged, raw = checkpoint["state_dict"], torch.load(run_dir / "fold0" / "raw.pt", map_location="cpu")
     weight = "model.encoder.blocks.0.sublayers.0.sublayer.qkv.weight"
     # The EMA trails the trained weights: equal would mean the average was never used.
     assert not torch.equal(averaged[weight], raw[weight])
@@ -96,11 +94,9 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
 
 
 def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_tsv):
-    from klue_tc.config import DataConfig
+    from klue_tc.config import DataConfig, TokenizerConfig
     from klue_tc.datamodule import EncodedSplit, FoldDataModule
-    from klue_tc.tokenizers import EncodedTitles
-    from klue_tc.config import TokenizerConfig
-    from klue_tc.tokenizers import fit_tokenizer
+    from klue_tc.tokenizers import EncodedTitles, fit_tokenizer
 
     texts = [t for _, t in make_headlines(per_class=6)]
     tok = fit_tokenizer(TokenizerConfig(vocab_size=300), texts)

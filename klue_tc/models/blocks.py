@@ -6,6 +6,8 @@ zeros at pads.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,12 +35,9 @@ class SelfAttention(nn.Module):
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
-        dropout = self.dropout if self.training else 0.0
-        if x.is_cpu:
-            with sdpa_kernel(_CPU_ATTENTION):
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout)
+        with sdpa_kernel(_CPU_ATTENTION) if x.is_cpu else nullcontext():  # on a GPU torch picks the kernel
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
+                                               dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
     def output_layers(self) -> list[nn.Linear]:
