@@ -110,6 +110,18 @@ class HeadConfig:
 class AugmentConfig:
     p: float = 0.0
     min_len: int = 5
+    # > 0: also predict the original token under each [MASK] (an auxiliary masked-LM loss, this
+    # weight times its cross-entropy), so the masked titles teach the encoder as well as the head.
+    mlm_weight: float = 0.0
+
+
+@dataclass
+class PretrainConfig:
+    # > 0: this many epochs of masked-LM training on the fold's training titles (labels unused)
+    # before the classifier's epochs (self-pretraining, Krishna et al. 2023). Still from scratch:
+    # nothing outside the fold's training titles is read.
+    epochs: int = 0
+    mask_p: float = 0.15
 
 
 @dataclass
@@ -122,6 +134,9 @@ class OptimConfig:
     schedule: str = "cosine"
     label_smoothing: float = 0.0
     ema_decay: float = 0.995
+    # > 0: R-Drop (Liang et al. 2021): two dropout passes per batch, this weight times their
+    # symmetric KL divergence added to the mean of their cross-entropies. Doubles a step's cost.
+    rdrop_alpha: float = 0.0
 
 
 @dataclass
@@ -178,6 +193,7 @@ class RunConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -221,6 +237,12 @@ def _check_ranges(run: RunConfig) -> None:
         (run.encoder.positions in ("sinusoidal", "scaled_sinusoidal", "learned"),
          f"encoder.positions must be one of sinusoidal, scaled_sinusoidal, learned; got {run.encoder.positions}"),
         (0.0 <= run.augment.p < 1.0, f"augment.p must be in [0, 1), got {run.augment.p}"),
+        (run.augment.mlm_weight >= 0.0, f"augment.mlm_weight must be >= 0, got {run.augment.mlm_weight}"),
+        (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
+         "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
+        (run.pretrain.epochs >= 0, f"pretrain.epochs must be >= 0, got {run.pretrain.epochs}"),
+        (0.0 < run.pretrain.mask_p < 1.0, f"pretrain.mask_p must be in (0, 1), got {run.pretrain.mask_p}"),
+        (run.optim.rdrop_alpha >= 0.0, f"optim.rdrop_alpha must be >= 0, got {run.optim.rdrop_alpha}"),
         (0.0 <= run.tokenizer.sampling_alpha <= 1.0,
          f"tokenizer.sampling_alpha must be in [0, 1], got {run.tokenizer.sampling_alpha}"),
         (run.tokenizer.sampling_alpha == 0.0 or run.tokenizer.name != TokenizerKind.mecab,

@@ -63,6 +63,8 @@ def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
     ("encoder.ln=middle", "Invalid value 'middle', expected one of [post, pre]"),
     ("encoder.layrs=3", "Key 'layrs' not in 'EncoderConfig'"),
     ("cv.fold=7", "error: cv.fold must be in 0..4, got 7"),
+    ("recipe=strong", "error: unknown choice recipe=strong; valid choices: plain, regularized"),
+    ("augment.mlm_weight=1.0", "error: augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
     ("tokenizer=mecab tokenizer.sampling_alpha=0.2",
      "error: tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
 ])

@@ -122,3 +122,76 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 1290) == 129
     assert warmup_steps(0.1, 8, 20) == 8
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
+
+
+def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1):
+    from klue_tc.config import AugmentConfig, OptimConfig
+    from klue_tc.module import TopicClassifierModule
+
+    return TopicClassifierModule.from_configs(
+        VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
+        OptimConfig(rdrop_alpha=rdrop_alpha), AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
+
+
+def test_masked_lm_loss_scores_only_the_masked_positions():
+    torch.manual_seed(0)
+    module = tiny_module().eval()
+    ids = batch_of_titles(lengths=(12, 9, 12))
+    masked = mask_tokens(ids, SPECIALS, p=0.3, min_len=5, generator=torch.Generator().manual_seed(1))
+    where = masked.ne(ids)
+    states, _ = module.model.encode(masked)
+    loss = module.masked_lm_loss(states, masked, ids)
+    other_visible = ids.clone()
+    other_visible[~where & ids.gt(4)] = 5  # what the model saw as it was: not a target
+    assert torch.equal(module.masked_lm_loss(states, masked, other_visible), loss)
+    other_hidden = ids.clone()
+    other_hidden[where] = (ids[where] + 1 - 5) % (VOCAB - 5) + 5  # other originals under the masks
+    assert not torch.equal(module.masked_lm_loss(states, masked, other_hidden), loss)
+    assert module.masked_lm_loss(states, ids, ids).item() == 0.0  # nothing masked: no loss
+
+
+def test_masked_lm_loss_trains_the_encoder_and_its_own_head():
+    torch.manual_seed(0)
+    module = tiny_module().train()
+    batch = {"input_ids": batch_of_titles(lengths=(12, 9, 12)), "labels": torch.tensor([0, 1, 2])}
+    module.training_step(batch, 0).backward()
+    assert module.mlm_head.bias.grad.abs().sum() > 0
+    assert module.model.encoder.embeddings.tokens.weight.grad.abs().sum() > 0
+    assert tiny_module(mlm_weight=0.0).mlm_head is None  # no head, no extra checkpoint keys
+
+
+def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
+    from klue_tc.module import symmetric_kl
+
+    a, b = torch.randn(4, 7), torch.randn(4, 7)
+    assert symmetric_kl(a, a).item() == pytest.approx(0.0, abs=1e-6)
+    assert symmetric_kl(a, b).item() > 0 and symmetric_kl(a, b).item() == pytest.approx(symmetric_kl(b, a).item())
+    batch = {"input_ids": batch_of_titles(lengths=(12, 9, 12)), "labels": torch.tensor([0, 1, 2])}
+
+    def loss(rdrop_alpha, dropout):
+        torch.manual_seed(0)
+        module = tiny_module(p=0.0, mlm_weight=0.0, rdrop_alpha=rdrop_alpha, dropout=dropout).train()
+        torch.manual_seed(1)
+        return module.training_step(batch, 0).item()
+
+    # Without dropout both passes agree: R-Drop's loss is the plain cross-entropy.
+    assert loss(1.0, 0.0) == pytest.approx(loss(0.0, 0.0), rel=1e-5)
+    # With dropout the passes differ and their disagreement is added.
+    assert loss(10.0, 0.3) > loss(0.0, 0.3) + 1e-3
+
+
+def test_pretraining_steps_train_the_encoder_without_labels_or_classifier():
+    from klue_tc.config import AugmentConfig, OptimConfig, PretrainConfig
+    from klue_tc.module import TopicClassifierModule
+
+    torch.manual_seed(0)
+    module = TopicClassifierModule.from_configs(
+        VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer), HeadConfig(hidden=16), OptimConfig(), AugmentConfig(),
+        PretrainConfig(epochs=1, mask_p=0.3)).train()
+    module.pretraining = True
+    loss = module.training_step({"input_ids": batch_of_titles(lengths=(12, 9, 12))}, 0)  # no labels in the batch
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() > 0
+    assert module.model.encoder.embeddings.tokens.weight.grad.abs().sum() > 0
+    assert module.mlm_head.transform[0].weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in module.model.head.parameters())  # the classifier is untouched

@@ -134,3 +134,25 @@ def test_ema_decay_ramps_up_then_holds():
         averaged, current = [torch.zeros(3)], [torch.ones(3)]
         update(averaged, current, torch.tensor(n))
         assert torch.allclose(averaged[0], torch.full((3,), 1 - expected_decay))
+
+
+def test_pretraining_runs_before_the_classifier_and_leaves_one_checkpoint(tmp_path, tiny_tsv, caplog):
+    import logging
+
+    import torch
+
+    from klue_tc.module import TopicClassifierModule
+
+    run_dir = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="klue_tc.fold"):
+        run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
+                                 "cv.fold=0", "trainer.max_epochs=1", "pretrain.epochs=2"), run_dir)
+    lines = [r.getMessage() for r in caplog.records]
+    pretraining = [i for i, line in enumerate(lines) if "pretraining epoch" in line]
+    classifying = [i for i, line in enumerate(lines) if "epoch 1/1: val macro-F1" in line]
+    assert len(pretraining) == 2 and classifying and max(pretraining) < min(classifying)
+    assert sorted(p.name for p in (run_dir / "fold0").iterdir()) == ["best.ckpt", "tokenizer"]
+    checkpoint = run_dir / "fold0" / "best.ckpt"
+    module = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu")
+    assert module.pretrain_cfg.epochs == 2 and module.mlm_head is not None
+    assert torch.load(checkpoint, map_location="cpu", weights_only=False)["epoch"] == 0  # the classifier's epoch

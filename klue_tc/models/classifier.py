@@ -33,9 +33,14 @@ class TopicClassifier(nn.Module):
                     nn.init.zeros_(layer.weight)
                     nn.init.zeros_(layer.bias)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def encode(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token states (batch, length, d) and the padding mask."""
         padding = input_ids.eq(self.pad_id)
-        return self.head(self.encoder(input_ids, padding), padding)
+        return self.encoder(input_ids, padding), padding
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        states, padding = self.encode(input_ids)
+        return self.head(states, padding)
 
 
 def build_classifier(vocab_size: int, pad_id: int, encoder: EncoderConfig, head: HeadConfig, classes: int) -> TopicClassifier:
