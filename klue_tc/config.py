@@ -116,15 +116,6 @@ class AugmentConfig:
 
 
 @dataclass
-class PretrainConfig:
-    # > 0: this many epochs of masked-LM training on the fold's training titles (labels unused)
-    # before the classifier's epochs (self-pretraining, Krishna et al. 2023). Still from scratch:
-    # nothing outside the fold's training titles is read.
-    epochs: int = 0
-    mask_p: float = 0.15
-
-
-@dataclass
 class OptimConfig:
     lr: float = 2e-3
     weight_decay: float = 0.01
@@ -193,7 +184,6 @@ class RunConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -240,8 +230,6 @@ def _check_ranges(run: RunConfig) -> None:
         (run.augment.mlm_weight >= 0.0, f"augment.mlm_weight must be >= 0, got {run.augment.mlm_weight}"),
         (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
-        (run.pretrain.epochs >= 0, f"pretrain.epochs must be >= 0, got {run.pretrain.epochs}"),
-        (0.0 < run.pretrain.mask_p < 1.0, f"pretrain.mask_p must be in (0, 1), got {run.pretrain.mask_p}"),
         (run.optim.rdrop_alpha >= 0.0, f"optim.rdrop_alpha must be >= 0, got {run.optim.rdrop_alpha}"),
         (0.0 <= run.tokenizer.sampling_alpha <= 1.0,
          f"tokenizer.sampling_alpha must be in [0, 1], got {run.tokenizer.sampling_alpha}"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -69,7 +69,7 @@ def default_precision(cfg: TrainerConfig) -> str:
 
 
 def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list,
-                 reload_train_data: bool = False, validate: bool = True) -> L.Trainer:
+                 reload_train_data: bool = False) -> L.Trainer:
     precision = default_precision(cfg)
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
     if show_bar:
@@ -80,8 +80,7 @@ def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], c
         enable_progress_bar=show_bar, enable_model_summary=False, log_every_n_steps=cfg.log_every_n_steps,
         deterministic=cfg.deterministic, default_root_dir=str(fold_dir), num_sanity_val_steps=0,
         fast_dev_run=cfg.fast_dev_run, limit_train_batches=cfg.limit_train_batches,
-        reload_dataloaders_every_n_epochs=int(reload_train_data), limit_val_batches=None if validate else 0,
-        enable_checkpointing=validate,
+        reload_dataloaders_every_n_epochs=int(reload_train_data),
     )
 
 
@@ -109,40 +108,14 @@ class EpochLine(L.Callback):
                      trainer.max_epochs, float(m["val/f1"]), float(m["val/accuracy"]))
 
 
-class PretrainLine(L.Callback):
-    """One log line per masked-LM epoch."""
-
-    def __init__(self, fold: int):
-        self.fold = fold
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        log.info("fold %d pretraining epoch %d/%d: masked-LM loss %.4f", self.fold, trainer.current_epoch + 1,
-                 trainer.max_epochs, float(trainer.callback_metrics["pretrain/mlm_loss"]))
-
-
-def pretrain_encoder(run: RunConfig, fold: int, module: TopicClassifierModule, datamodule: FoldDataModule,
-                     fold_dir: Path) -> None:
-    """`pretrain.epochs` of masked-LM training on the fold's training titles, with their own
-    warm-up and decay; the classifier's epochs then start from this encoder. No validation, no
-    checkpoint and no logger (its steps would collide with the classifier's in W&B)."""
-    module.pretraining = True
-    trainer = make_trainer(replace(run.trainer, max_epochs=run.pretrain.epochs), fold_dir, None, [PretrainLine(fold)],
-                           reload_train_data=datamodule.train.resample is not None, validate=False)
-    trainer.fit(module, datamodule=datamodule)
-    module.pretraining = False
-
-
 def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path,
                logger: Optional[Logger], job_start: float) -> dict:
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment,
-        run.pretrain)
+        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
     if run.trainer.compile:
         module.model = torch.compile(module.model, dynamic=True)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
-    if run.pretrain.epochs > 0:
-        pretrain_encoder(run, fold, module, datamodule, fold_dir)
     monitor = FoldMonitor(job_start)
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig, PretrainConfig
+from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import NUM_CLASSES
 from klue_tc.models import build_classifier
 from klue_tc.models.masked_lm import MaskedLMHead
@@ -64,62 +64,46 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
 
 
 class TopicClassifierModule(L.LightningModule):
-    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict,
-                 pretrain: dict | None = None):
+    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict):
         super().__init__()
         # Plain dicts in hparams keep checkpoints loadable without this package's dataclasses.
         self.save_hyperparameters()
         self.specials = SpecialIds(**specials)
         self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
-        self.pretrain_cfg = PretrainConfig(**(pretrain or {}))
-        # True while `fold.pretrain_encoder` runs masked-LM epochs: steps then skip the classifier.
-        self.pretraining = False
         self.model = build_classifier(vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES)
         self.loss = nn.CrossEntropyLoss(label_smoothing=self.optim_cfg.label_smoothing)
         # Only built when used, so checkpoints without it keep loading.
-        uses_mlm = self.augment_cfg.mlm_weight > 0 or self.pretrain_cfg.epochs > 0
-        self.mlm_head = MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size) if uses_mlm else None
+        self.mlm_head = (MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
+                         if self.augment_cfg.mlm_weight > 0 else None)
         self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
 
     @classmethod
     def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
-                     optim: OptimConfig, augment: AugmentConfig,
-                     pretrain: PretrainConfig | None = None) -> "TopicClassifierModule":
-        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment),
-                   _plain(pretrain or PretrainConfig()))
+                     optim: OptimConfig, augment: AugmentConfig) -> "TopicClassifierModule":
+        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        if self.pretraining:
-            return self.pretraining_step(batch)
         original = batch["input_ids"]
         input_ids = original
         if self.augment_cfg.p > 0:
             input_ids = mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len)
-        states, padding = self.model.encode(input_ids)
-        logits = self.model.head(states, padding)
+        # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
+        logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])
         if self.optim_cfg.rdrop_alpha > 0:
             # A second pass draws other dropout masks over the same (masked) titles.
             logits_2 = self(input_ids)
             loss = (loss + self.loss(logits_2, batch["labels"])) / 2 \
                 + self.optim_cfg.rdrop_alpha * symmetric_kl(logits, logits_2)
-        if self.mlm_head is not None:
+        if self.augment_cfg.mlm_weight > 0:
             mlm_loss = self.masked_lm_loss(states, input_ids, original)
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
-        return loss
-
-    def pretraining_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Masked-LM only: the labels are not read."""
-        original = batch["input_ids"]
-        masked = mask_tokens(original, self.specials, self.pretrain_cfg.mask_p, min_len=1)
-        loss = self.masked_lm_loss(self.model.encode(masked)[0], masked, original)
-        self.log("pretrain/mlm_loss", loss, prog_bar=True, batch_size=len(original))
         return loss
 
     def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
@@ -131,8 +115,6 @@ class TopicClassifierModule(L.LightningModule):
         return F.cross_entropy(scores.float(), original_ids[where])
 
     def on_train_epoch_end(self) -> None:
-        if self.pretraining:
-            return
         self.log_dict(self.train_metrics.compute())
         self.train_metrics.reset()
 

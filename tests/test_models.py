@@ -179,19 +179,3 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
     # With dropout the passes differ and their disagreement is added.
     assert loss(10.0, 0.3) > loss(0.0, 0.3) + 1e-3
 
-
-def test_pretraining_steps_train_the_encoder_without_labels_or_classifier():
-    from klue_tc.config import AugmentConfig, OptimConfig, PretrainConfig
-    from klue_tc.module import TopicClassifierModule
-
-    torch.manual_seed(0)
-    module = TopicClassifierModule.from_configs(
-        VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer), HeadConfig(hidden=16), OptimConfig(), AugmentConfig(),
-        PretrainConfig(epochs=1, mask_p=0.3)).train()
-    module.pretraining = True
-    loss = module.training_step({"input_ids": batch_of_titles(lengths=(12, 9, 12))}, 0)  # no labels in the batch
-    loss.backward()
-    assert torch.isfinite(loss) and loss.item() > 0
-    assert module.model.encoder.embeddings.tokens.weight.grad.abs().sum() > 0
-    assert module.mlm_head.transform[0].weight.grad.abs().sum() > 0
-    assert all(p.grad is None for p in module.model.head.parameters())  # the classifier is untouched

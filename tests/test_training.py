@@ -136,23 +136,20 @@ def test_ema_decay_ramps_up_then_holds():
         assert torch.allclose(averaged[0], torch.full((3,), 1 - expected_decay))
 
 
-def test_pretraining_runs_before_the_classifier_and_leaves_one_checkpoint(tmp_path, tiny_tsv, caplog):
-    import logging
 
+def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_tsv):
     import torch
+    import yaml
 
     from klue_tc.module import TopicClassifierModule
 
     run_dir = tmp_path / "run"
-    with caplog.at_level(logging.INFO, logger="klue_tc.fold"):
-        run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
-                                 "cv.fold=0", "trainer.max_epochs=1", "pretrain.epochs=2"), run_dir)
-    lines = [r.getMessage() for r in caplog.records]
-    pretraining = [i for i, line in enumerate(lines) if "pretraining epoch" in line]
-    classifying = [i for i, line in enumerate(lines) if "epoch 1/1: val macro-F1" in line]
-    assert len(pretraining) == 2 and classifying and max(pretraining) < min(classifying)
-    assert sorted(p.name for p in (run_dir / "fold0").iterdir()) == ["best.ckpt", "tokenizer"]
-    checkpoint = run_dir / "fold0" / "best.ckpt"
-    module = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu")
-    assert module.pretrain_cfg.epochs == 2 and module.mlm_head is not None
-    assert torch.load(checkpoint, map_location="cpu", weights_only=False)["epoch"] == 0  # the classifier's epoch
+    run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "recipe=regularized", "encoder.layers=2",
+                             "cv.folds=2", "cv.fold=0", "trainer.max_epochs=1"), run_dir)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["augment"] == {"p": 0.4, "min_len": 5, "mlm_weight": 1.0}
+    assert config["optim"]["rdrop_alpha"] == 0.5 and config["encoder"]["dropout"] == 0.3
+    module = TopicClassifierModule.load_from_checkpoint(run_dir / "fold0" / "best.ckpt", map_location="cpu").eval()
+    assert module.mlm_head is not None  # trained with the auxiliary loss, and saved with it
+    probs = torch.softmax(module(torch.tensor([[2, 7, 8, 9, 3]])), -1)
+    assert probs.shape == (1, 7) and torch.allclose(probs.sum(), torch.tensor(1.0))

@@ -38,9 +38,11 @@ class TopicClassifier(nn.Module):
         padding = input_ids.eq(self.pad_id)
         return self.encoder(input_ids, padding), padding
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, return_states: bool = False):
+        """Class logits; with `return_states`, also the token states (for a masked-LM loss)."""
         states, padding = self.encode(input_ids)
-        return self.head(states, padding)
+        logits = self.head(states, padding)
+        return (logits, states) if return_states else logits
 
 
 def build_classifier(vocab_size: int, pad_id: int, encoder: EncoderConfig, head: HeadConfig, classes: int) -> TopicClassifier:

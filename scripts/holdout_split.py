@@ -1,0 +1,33 @@
+"""Split a labelled file into a stratified training part and a held-out part, as the README's
+full-training comparison does (train90.tsv / heldout10.tsv, seed 7).
+
+    python scripts/holdout_split.py TRAIN.tsv OUT_DIR [--held-out 0.1 --seed 7]
+"""
+import argparse
+from pathlib import Path
+
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+from klue_tc.data import LABEL_NAMES, read_labelled_file
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("train")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--held-out", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    data = read_labelled_file(args.train)
+    frame = pd.DataFrame({"label": [LABEL_NAMES[i] for i in data.labels], "text": data.texts})
+    kept, held = train_test_split(frame, test_size=args.held_out, stratify=frame["label"], random_state=args.seed)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    percent = round(100 * args.held_out)
+    for part, name in ((kept, f"train{100 - percent}.tsv"), (held, f"heldout{percent}.tsv")):
+        part.to_csv(args.out_dir / name, sep="\t", index=False)
+        print(f"{args.out_dir / name}: {len(part)} titles")
+
+
+if __name__ == "__main__":
+    main()
