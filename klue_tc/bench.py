@@ -75,17 +75,16 @@ def reference_split(labels, limit: Optional[int], seed: int = 0):
     """seed_reference.py's split, by index: a stratified 10% held out, then `limit` training
     titles sampled from the rest (both with random_state=seed). Returns (train, held_out) in
     seed_reference's own order."""
-    import numpy as np
     import pandas as pd
-    from sklearn.model_selection import train_test_split
 
-    index = pd.Series(np.arange(len(labels)))
-    train, held_out = train_test_split(index, test_size=0.1, stratify=pd.Series(labels), random_state=seed)
+    from klue_tc.data import stratified_holdout
+
+    train, held_out = stratified_holdout(labels, 0.1, seed)
     if limit:
         if limit > len(train):
             raise ValueError(f"--limit {limit} is more than the {len(train)} titles left after the 10% hold-out")
-        train = train.sample(limit, random_state=seed)
-    return train.to_numpy(), held_out.to_numpy()
+        train = pd.Series(train).sample(limit, random_state=seed).to_numpy()
+    return train, held_out
 
 
 def ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[float]:

@@ -169,6 +169,11 @@ def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> 
     return data.subset(np.sort(indices))
 
 
+def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kept indices, held-out indices): a stratified `fraction` held out, in scikit-learn's order."""
+    return train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
+
+
 def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere."""
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)

@@ -7,9 +7,8 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
-from klue_tc.data import LABEL_NAMES, read_labelled_file
+from klue_tc.data import LABEL_NAMES, read_labelled_file, stratified_holdout
 
 
 def main() -> None:
@@ -21,7 +20,7 @@ def main() -> None:
     args = parser.parse_args()
     data = read_labelled_file(args.train)
     frame = pd.DataFrame({"label": [LABEL_NAMES[i] for i in data.labels], "text": data.texts})
-    kept, held = train_test_split(frame, test_size=args.held_out, stratify=frame["label"], random_state=args.seed)
+    kept, held = (frame.iloc[part] for part in stratified_holdout(data.labels, args.held_out, args.seed))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     percent = round(100 * args.held_out)
     for part, name in ((kept, f"train{100 - percent}.tsv"), (held, f"heldout{percent}.tsv")):
