@@ -87,24 +87,29 @@ class TopicClassifierModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         original = batch["input_ids"]
-        input_ids = original
-        if self.augment_cfg.p > 0:
-            input_ids = mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len)
+        regularize = self.current_epoch >= self.optim_cfg.regularize_from_epoch
+        masking = regularize and self.augment_cfg.p > 0
+        input_ids = mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len) if masking else original
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
         logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])
-        if self.optim_cfg.rdrop_alpha > 0:
+        if regularize and self.optim_cfg.rdrop_alpha > 0:
             # A second pass draws other dropout masks over the same (masked) titles.
             logits_2 = self(input_ids)
             loss = (loss + self.loss(logits_2, batch["labels"])) / 2 \
                 + self.optim_cfg.rdrop_alpha * symmetric_kl(logits, logits_2)
-        if self.augment_cfg.mlm_weight > 0:
-            mlm_loss = self.masked_lm_loss(states, input_ids, original)
+        if self.mlm_head is not None:
+            # Before masking starts the head gets a zero loss: every parameter still takes part in
+            # the graph, as DistributedDataParallel expects.
+            mlm_loss = self.masked_lm_loss(states, input_ids, original) if masking else self._unused_head_loss()
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
+
+    def _unused_head_loss(self) -> torch.Tensor:
+        return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0
 
     def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the original tokens under [MASK], scored only at those positions."""

@@ -124,13 +124,14 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
 
 
-def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1):
+def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0):
     from klue_tc.config import AugmentConfig, OptimConfig
     from klue_tc.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
         VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
-        OptimConfig(rdrop_alpha=rdrop_alpha), AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
+        OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch),
+        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
 
 
 def test_masked_lm_loss_scores_only_the_masked_positions():
@@ -179,3 +180,28 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
     # With dropout the passes differ and their disagreement is added.
     assert loss(10.0, 0.3) > loss(0.0, 0.3) + 1e-3
 
+
+
+def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
+    from klue_tc.module import TopicClassifierModule
+
+    batch = {"input_ids": batch_of_titles(lengths=(12, 9, 12)), "labels": torch.tensor([0, 1, 2])}
+
+    def step(epoch, **settings):
+        monkeypatch.setattr(TopicClassifierModule, "current_epoch", property(lambda self: epoch))
+        torch.manual_seed(0)
+        module = tiny_module(dropout=0.0, **settings).train()
+        torch.manual_seed(1)
+        loss = module.training_step(batch, 0)
+        loss.backward()
+        return loss.item(), module
+
+    late = {"p": 0.5, "mlm_weight": 1.0, "rdrop_alpha": 1.0, "regularize_from_epoch": 1}
+    plain_loss, _ = step(0, p=0.0, mlm_weight=0.0)
+    before, module = step(0, **late)
+    assert before == pytest.approx(plain_loss, rel=1e-6)  # no masking, no masked-LM loss yet
+    head_grads = [param.grad for param in module.mlm_head.parameters()]
+    assert all(grad is not None and not grad.any() for grad in head_grads)  # in the graph, unchanged
+    after, module = step(1, **late)
+    assert after > plain_loss + 1.0  # the masked-LM cross-entropy over thousands of pieces joins
+    assert module.mlm_head.bias.grad.abs().sum() > 0
