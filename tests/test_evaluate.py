@@ -1,0 +1,25 @@
+import numpy as np
+import pytest
+
+from klue_tc.evaluate import paired_bootstrap_f1_difference
+
+
+def predictions(truth: np.ndarray, wrong_share: float, seed: int) -> np.ndarray:
+    """`truth` with a random `wrong_share` of the labels moved to the next class."""
+    rng = np.random.default_rng(seed)
+    wrong = rng.random(len(truth)) < wrong_share
+    return np.where(wrong, (truth + 1) % 7, truth)
+
+
+def test_the_interval_excludes_zero_only_when_one_model_is_clearly_better():
+    truth = np.random.default_rng(0).integers(0, 7, 2000)
+    better, worse = predictions(truth, 0.10, seed=1), predictions(truth, 0.20, seed=2)
+    clear = paired_bootstrap_f1_difference(truth, better, worse, resamples=300)
+    assert clear["difference"] > 0.05 and clear["low"] > 0 and clear["share_a_better"] == 1.0
+    # Two models of the same quality: the interval spans zero.
+    other = predictions(truth, 0.10, seed=3)
+    tie = paired_bootstrap_f1_difference(truth, better, other, resamples=300)
+    assert tie["low"] < 0 < tie["high"]
+    # A model against itself: no difference at all, on every resample.
+    same = paired_bootstrap_f1_difference(truth, better, better, resamples=50)
+    assert same == pytest.approx({"difference": 0.0, "low": 0.0, "high": 0.0, "share_a_better": 0.0})
