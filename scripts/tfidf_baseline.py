@@ -9,6 +9,7 @@ the validation titles and gives the paired bootstrap interval of (run - baseline
 few thousand titles one model's F1 moves by about half a point from sampling alone.
 """
 import argparse
+import sys
 
 import numpy as np
 
@@ -18,7 +19,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
 from klue_tc.data import LABEL_NAMES, read_labelled_file, stratified_folds
+from klue_tc.errors import KlueTcError
 from klue_tc.evaluate import paired_bootstrap_f1_difference
+from klue_tc.predict import fold_records, predict_titles
 
 
 def main() -> None:
@@ -30,6 +33,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--run", help="a klue_tc run directory trained on the same split, to compare with")
     args = parser.parse_args()
+    if args.run:
+        try:
+            fold_records(args.run)  # a bad run directory fails before the baseline trains
+        except KlueTcError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
     data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
     model = make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2),
@@ -40,8 +49,6 @@ def main() -> None:
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
     print(f"tfidf-char(1-3)+LinearSVC: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
     if args.run:
-        from klue_tc.predict import predict_titles
-
         run_predicted = np.array([LABEL_NAMES.index(name) for name, _ in predict_titles(args.run, validation.texts)])
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)
         run_f1 = f1_score(validation.labels, run_predicted, average="macro")
