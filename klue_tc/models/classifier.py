@@ -33,14 +33,15 @@ class TopicClassifier(nn.Module):
                     nn.init.zeros_(layer.weight)
                     nn.init.zeros_(layer.bias)
 
-    def encode(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token states (batch, length, d) and the padding mask."""
+    def encode(self, input_ids: torch.Tensor, token_delta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token states (batch, length, d) and the padding mask; `token_delta` is added to the
+        token embeddings (adversarial training)."""
         padding = input_ids.eq(self.pad_id)
-        return self.encoder(input_ids, padding), padding
+        return self.encoder(input_ids, padding, token_delta), padding
 
-    def forward(self, input_ids: torch.Tensor, return_states: bool = False):
+    def forward(self, input_ids: torch.Tensor, return_states: bool = False, token_delta: torch.Tensor | None = None):
         """Class logits; with `return_states`, also the token states (for a masked-LM loss)."""
-        states, padding = self.encode(input_ids)
+        states, padding = self.encode(input_ids, token_delta)
         logits = self.head(states, padding)
         return (logits, states) if return_states else logits
 
