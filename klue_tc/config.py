@@ -132,10 +132,6 @@ class OptimConfig:
     # > 0: R-Drop (Liang et al. 2021): two dropout passes per batch, this weight times their
     # symmetric KL divergence added to the mean of their cross-entropies. Doubles a step's cost.
     rdrop_alpha: float = 0.0
-    # > 0: adversarial training on the token embeddings (FGM, Miyato et al. 2017): each batch is
-    # also trained with its embeddings moved along the loss gradient by this fraction of each
-    # title's embedding norm. About doubles a step's cost.
-    adversarial_eps: float = 0.0
     # Late regularization (after Liu et al. 2023, "Dropout Reduces Underfitting"): token masking,
     # its masked-LM loss and R-Drop begin at this epoch, so the first epochs fit at full speed.
     # Together from step 0 they held a 2-epoch run on 3,000 titles near chance (macro-F1 0.14).
@@ -243,7 +239,6 @@ def _check_ranges(run: RunConfig) -> None:
         (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
         (run.optim.rdrop_alpha >= 0.0, f"optim.rdrop_alpha must be >= 0, got {run.optim.rdrop_alpha}"),
-        (run.optim.adversarial_eps >= 0.0, f"optim.adversarial_eps must be >= 0, got {run.optim.adversarial_eps}"),
         (run.optim.regularize_from_epoch >= 0,
          f"optim.regularize_from_epoch must be >= 0, got {run.optim.regularize_from_epoch}"),
         (0.0 <= run.tokenizer.sampling_alpha <= 1.0,

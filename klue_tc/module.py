@@ -12,7 +12,6 @@ from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from klue_tc.adversarial import adversarial_delta
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import NUM_CLASSES
 from klue_tc.models import build_classifier
@@ -106,22 +105,14 @@ class TopicClassifierModule(L.LightningModule):
         masking = regularize and self.augment_cfg.p > 0
         input_ids = (mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len,
                                  word_starts=self.word_starts) if masking else original)
-        adversarial = regularize and self.optim_cfg.adversarial_eps > 0
-        # A zero offset on the token embeddings whose gradient is the loss's gradient there.
-        probe = self._zero_token_delta(input_ids) if adversarial else None
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
-        logits, states = self.model(input_ids, return_states=True, token_delta=probe)
+        logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])
-        if adversarial:
-            adversarial_loss = self.adversarial_loss(loss, probe, input_ids, batch["labels"])
-            self.log("train/adversarial_loss", adversarial_loss, batch_size=len(input_ids))
         if regularize and self.optim_cfg.rdrop_alpha > 0:
             # A second pass draws other dropout masks over the same (masked) titles.
             logits_2 = self(input_ids)
             loss = (loss + self.loss(logits_2, batch["labels"])) / 2 \
                 + self.optim_cfg.rdrop_alpha * symmetric_kl(logits, logits_2)
-        if adversarial:
-            loss = loss + adversarial_loss
         if self.mlm_head is not None:
             # Before masking starts the head gets a zero loss: every parameter still takes part in
             # the graph, as DistributedDataParallel expects.
@@ -131,20 +122,6 @@ class TopicClassifierModule(L.LightningModule):
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
-
-    def _zero_token_delta(self, input_ids: torch.Tensor) -> torch.Tensor:
-        width = self.model.encoder.embeddings.tokens.embedding_dim
-        return torch.zeros(*input_ids.shape, width, device=input_ids.device, requires_grad=True)
-
-    def adversarial_loss(self, loss: torch.Tensor, probe: torch.Tensor, input_ids: torch.Tensor,
-                         labels: torch.Tensor) -> torch.Tensor:
-        """The loss on the same titles with their token embeddings moved up `loss`'s gradient
-        (FGM, klue_tc.adversarial). `probe` is the zero offset `loss` was computed with."""
-        grad, = torch.autograd.grad(loss, probe, retain_graph=True)
-        with torch.no_grad():
-            embedded = self.model.encoder.embeddings.tokens(input_ids)
-        delta = adversarial_delta(grad, embedded, input_ids.eq(self.specials.pad), self.optim_cfg.adversarial_eps)
-        return self.loss(self.model(input_ids, token_delta=delta), labels)
 
     def _unused_head_loss(self) -> torch.Tensor:
         return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0

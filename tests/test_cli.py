@@ -66,7 +66,6 @@ def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
     ("recipe=strong", "error: unknown choice recipe=strong; valid choices: plain, regularized"),
     ("augment.mlm_weight=1.0", "error: augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
     ("optim.regularize_from_epoch=-1", "error: optim.regularize_from_epoch must be >= 0, got -1"),
-    ("optim.adversarial_eps=-0.1", "error: optim.adversarial_eps must be >= 0, got -0.1"),
     ("tokenizer=mecab tokenizer.sampling_alpha=0.2",
      "error: tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
 ])

@@ -124,14 +124,13 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
 
 
-def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, adversarial_eps=0.0):
+def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0):
     from klue_tc.config import AugmentConfig, OptimConfig
     from klue_tc.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
         VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
-        OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch,
-                    adversarial_eps=adversarial_eps),
+        OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch),
         AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
 
 
@@ -218,39 +217,6 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
     assert loss(10.0, 0.3) > loss(0.0, 0.3) + 1e-3
 
 
-def test_adversarial_delta_climbs_the_loss_within_its_budget_and_spares_pads():
-    from klue_tc.adversarial import adversarial_delta
-
-    torch.manual_seed(0)
-    module = tiny_module(p=0.0, mlm_weight=0.0, dropout=0.0).eval()
-    ids, labels = batch_of_titles(lengths=(12, 7, 10)), torch.tensor([0, 1, 2])
-    padding = ids.eq(SPECIALS.pad)
-    probe = module._zero_token_delta(ids)
-    loss = module.loss(module.model(ids, token_delta=probe), labels)
-    assert loss.item() == pytest.approx(module.loss(module(ids), labels).item())  # a zero offset
-    grad, = torch.autograd.grad(loss, probe)
-    embedded = module.model.encoder.embeddings.tokens(ids)
-    delta = adversarial_delta(grad, embedded, padding, eps=0.05)
-    assert not delta[padding].any()
-    title_norms = (embedded.detach() * (~padding).unsqueeze(-1)).flatten(1).norm(dim=1)
-    assert torch.allclose(delta.flatten(1).norm(dim=1), 0.05 * title_norms, rtol=1e-4)
-    with torch.no_grad():
-        adversarial = module.loss(module.model(ids, token_delta=delta), labels)
-        opposite = module.loss(module.model(ids, token_delta=-delta), labels)
-    assert adversarial > loss > opposite  # up the gradient, not a random direction
-
-
-def test_adversarial_training_adds_the_perturbed_titles_loss():
-    batch = {"input_ids": batch_of_titles(lengths=(12, 9, 12)), "labels": torch.tensor([0, 1, 2])}
-
-    def loss(adversarial_eps):
-        torch.manual_seed(0)
-        module = tiny_module(p=0.0, mlm_weight=0.0, dropout=0.0, adversarial_eps=adversarial_eps).train()
-        return module.training_step(batch, 0).item()
-
-    plain = loss(0.0)
-    assert loss(0.05) > 2 * plain  # clean loss plus a larger loss on the perturbed titles
-
 
 def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
     from klue_tc.module import TopicClassifierModule
@@ -266,7 +232,7 @@ def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
         loss.backward()
         return loss.item(), module
 
-    late = {"p": 0.5, "mlm_weight": 1.0, "rdrop_alpha": 1.0, "adversarial_eps": 0.05, "regularize_from_epoch": 1}
+    late = {"p": 0.5, "mlm_weight": 1.0, "rdrop_alpha": 1.0, "regularize_from_epoch": 1}
     plain_loss, _ = step(0, p=0.0, mlm_weight=0.0)
     before, module = step(0, **late)
     assert before == pytest.approx(plain_loss, rel=1e-6)  # no masking, no masked-LM loss yet

@@ -33,15 +33,14 @@ class TopicClassifier(nn.Module):
                     nn.init.zeros_(layer.weight)
                     nn.init.zeros_(layer.bias)
 
-    def encode(self, input_ids: torch.Tensor, token_delta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token states (batch, length, d) and the padding mask; `token_delta` is added to the
-        token embeddings (adversarial training)."""
+    def encode(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token states (batch, length, d) and the padding mask."""
         padding = input_ids.eq(self.pad_id)
-        return self.encoder(input_ids, padding, token_delta), padding
+        return self.encoder(input_ids, padding), padding
 
-    def forward(self, input_ids: torch.Tensor, return_states: bool = False, token_delta: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, return_states: bool = False):
         """Class logits; with `return_states`, also the token states (for a masked-LM loss)."""
-        states, padding = self.encode(input_ids, token_delta)
+        states, padding = self.encode(input_ids)
         logits = self.head(states, padding)
         return (logits, states) if return_states else logits
 

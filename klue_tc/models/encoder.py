@@ -42,11 +42,9 @@ class Embeddings(nn.Module):
         self.position_gain = nn.Parameter(torch.tensor(gain), requires_grad=cfg.positions == "scaled_sinusoidal")
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, input_ids: torch.Tensor, token_delta: torch.Tensor | None = None) -> torch.Tensor:
-        """`token_delta` (batch, length, d) is added to the token embeddings (adversarial training)."""
-        tokens = self.tokens(input_ids) if token_delta is None else self.tokens(input_ids) + token_delta
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = self.positions[: input_ids.size(1)] * self.position_gain
-        return self.drop(tokens * self.scale + positions)
+        return self.drop(self.tokens(input_ids) * self.scale + positions)
 
 
 def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
@@ -87,8 +85,8 @@ class Encoder(nn.Module):
     def residuals(self) -> list[Residual]:
         return [sublayer for block in self.blocks for sublayer in block.sublayers]
 
-    def forward(self, input_ids: torch.Tensor, padding: torch.Tensor, token_delta: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embeddings(input_ids, token_delta)
+    def forward(self, input_ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        x = self.embeddings(input_ids)
         for block in self.blocks:
             x = block(x, padding)
         return self.final_norm(x)
