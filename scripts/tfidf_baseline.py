@@ -1,7 +1,7 @@
 """TF-IDF character n-gram + linear SVM baseline on the same fold and validation file as a run.
 
     python scripts/tfidf_baseline.py --train TRAIN.tsv --validation VAL.tsv [--folds 5 --fold 0 --seed 42]
-        [--run RUN_DIR]
+        [--run RUN_DIR] [--untuned]
 
 Prints fold-validation and validation macro-F1, for comparison with `python -m klue_tc` on the
 same split (`cv.folds`, `cv.fold`, `cv.seed`). With --run, also scores that run's checkpoints on
@@ -24,6 +24,17 @@ from klue_tc.evaluate import paired_bootstrap_f1_difference
 from klue_tc.predict import fold_records, predict_titles
 
 
+def baseline_pipeline(untuned: bool = False):
+    """TF-IDF character 1-3-grams + LinearSVC. By default with the settings that scored best of
+    those measured on fold 0 of the held-out split (README): n-grams within words, sublinear tf,
+    n-grams seen at least twice, C=0.5, about +0.4 points of macro-F1 over scikit-learn's
+    defaults, which `untuned` gives."""
+    if untuned:
+        return make_pipeline(TfidfVectorizer(analyzer="char", ngram_range=(1, 3)), LinearSVC())
+    return make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2),
+                         LinearSVC(C=0.5))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True)
@@ -32,6 +43,8 @@ def main() -> None:
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--run", help="a klue_tc run directory trained on the same split, to compare with")
+    parser.add_argument("--untuned", action="store_true",
+                        help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline")
     args = parser.parse_args()
     if args.run:
         try:
@@ -41,13 +54,13 @@ def main() -> None:
             raise SystemExit(2) from None
     data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
-    model = make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2),
-                          LinearSVC(C=0.5))
+    model = baseline_pipeline(untuned=args.untuned)
     model.fit([data.texts[i] for i in train_idx], data.labels[train_idx])
     fold_f1 = f1_score(data.labels[fold_idx], model.predict([data.texts[i] for i in fold_idx]), average="macro")
     baseline_predicted = model.predict(validation.texts)
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
-    print(f"tfidf-char(1-3)+LinearSVC: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
+    name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
+    print(f"{name}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
     if args.run:
         run_predicted = np.array([LABEL_NAMES.index(name) for name, _ in predict_titles(args.run, validation.texts)])
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)

@@ -1,3 +1,8 @@
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -23,3 +28,19 @@ def test_the_interval_excludes_zero_only_when_one_model_is_clearly_better():
     # A model against itself: no difference at all, on every resample.
     same = paired_bootstrap_f1_difference(truth, better, better, resamples=50)
     assert same == pytest.approx({"difference": 0.0, "low": 0.0, "high": 0.0, "share_a_better": 0.0})
+
+
+@pytest.mark.parametrize("untuned", [False, True])
+def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, untuned):
+    from conftest import REPO, make_headlines, write_tsv
+
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
+    validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=8, seed=1))
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "tfidf_baseline.py"), "--train", str(train),
+                           "--validation", str(validation), *(["--untuned"] if untuned else [])],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert ("(scikit-learn defaults)" in line) == untuned
+    fold_f1, validation_f1 = map(float, re.findall(r"macro-F1 (\d\.\d+)", line))
+    assert fold_f1 > 0.8 and validation_f1 > 0.8  # the topic words decide the class; chance is 1/7
