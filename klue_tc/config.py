@@ -113,10 +113,6 @@ class AugmentConfig:
     # > 0: also predict the original token under each [MASK] (an auxiliary masked-LM loss, this
     # weight times its cross-entropy), so the masked titles teach the encoder as well as the head.
     mlm_weight: float = 0.0
-    # Mask whole words (space-separated eojeol: every SentencePiece piece of one, together) rather
-    # than single pieces, as KLUE's own BERT pre-training did; Mecab morphemes carry no word
-    # boundaries, so with tokenizer=mecab each morpheme stays its own unit.
-    whole_words: bool = False
 
 
 @dataclass

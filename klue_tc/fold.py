@@ -111,10 +111,8 @@ class EpochLine(L.Callback):
 def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path,
                logger: Optional[Logger], job_start: float) -> dict:
     L.seed_everything(run.seed, workers=True, verbose=False)
-    word_starts = torch.tensor(prepared.tokenizer.word_starts()) if run.augment.whole_words else None
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment,
-        word_starts)
+        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
     if run.trainer.compile:
         module.model = torch.compile(module.model, dynamic=True)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)

@@ -27,19 +27,12 @@ def _metrics(prefix: str) -> MetricCollection:
 
 
 def mask_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
-                generator: torch.Generator | None = None, word_starts: torch.Tensor | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None) -> torch.Tensor:
     """The original study's augmentation: in titles of at least `min_len` tokens, each real
-    non-special token becomes [MASK] with probability p. With `word_starts` (for each id, whether
-    its piece begins a word) whole words are masked: all the pieces of a word, or none of them."""
+    non-special token becomes [MASK] with probability p."""
     real = input_ids.ne(specials.pad) & input_ids.ne(specials.cls) & input_ids.ne(specials.sep)
     long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
-    if word_starts is None:
-        draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
-    else:
-        # Number the words along each title (a special is a word of its own) and draw per word.
-        word = (word_starts[input_ids] | ~real).cumsum(1)
-        per_word = torch.rand(len(input_ids), input_ids.size(1) + 1, generator=generator, device=input_ids.device) < p
-        draw = per_word.gather(1, word)
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
     return input_ids.masked_fill(real & long_enough & draw, specials.mask)
 
 
@@ -71,13 +64,10 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
 
 
 class TopicClassifierModule(L.LightningModule):
-    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict,
-                 word_starts: torch.Tensor | None = None):
+    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict):
         super().__init__()
         # Plain dicts in hparams keep checkpoints loadable without this package's dataclasses.
-        # `word_starts` (per id, whether its piece begins a word) only serves whole-word masking
-        # in training, so it is not kept: a loaded checkpoint predicts without it.
-        self.save_hyperparameters(ignore=["word_starts"])
+        self.save_hyperparameters()
         self.specials = SpecialIds(**specials)
         self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
         self.model = build_classifier(vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES)
@@ -86,15 +76,11 @@ class TopicClassifierModule(L.LightningModule):
         self.mlm_head = (MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
                          if self.augment_cfg.mlm_weight > 0 else None)
         self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
-        whole_words = word_starts is not None and self.augment_cfg.whole_words
-        self.register_buffer("word_starts", word_starts.bool() if whole_words else None, persistent=False)
 
     @classmethod
     def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
-                     optim: OptimConfig, augment: AugmentConfig,
-                     word_starts: torch.Tensor | None = None) -> "TopicClassifierModule":
-        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment),
-                   word_starts)
+                     optim: OptimConfig, augment: AugmentConfig) -> "TopicClassifierModule":
+        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
@@ -103,8 +89,7 @@ class TopicClassifierModule(L.LightningModule):
         original = batch["input_ids"]
         regularize = self.current_epoch >= self.optim_cfg.regularize_from_epoch
         masking = regularize and self.augment_cfg.p > 0
-        input_ids = (mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len,
-                                 word_starts=self.word_starts) if masking else original)
+        input_ids = mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len) if masking else original
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
         logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])

@@ -56,11 +56,6 @@ class Tokenizer(ABC):
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         return self._frame(self._piece_ids(texts))
 
-    def word_starts(self) -> list[bool]:
-        """For each id, whether its piece begins a word (for whole-word masking). Here every
-        piece is its own word: Mecab's morphemes do not say where the spaces were."""
-        return [True] * self.vocab_size
-
     def encode_sampled(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
         """`encode` with a sampled segmentation per title (subword regularization, Kudo 2018)."""
         raise NotImplementedError(f"{self.kind} has one segmentation per title; sampling needs SentencePiece")
@@ -93,10 +88,6 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _piece_ids(self, texts):
         return self.processor.encode(list(texts))
-
-    def word_starts(self) -> list[bool]:
-        # SentencePiece marks the start of every space-separated word with U+2581.
-        return [self.processor.id_to_piece(i).startswith("\u2581") for i in range(self.vocab_size)]
 
     def encode_sampled(self, texts, alpha, seed):
         spm.set_random_generator_seed(seed)

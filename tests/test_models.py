@@ -134,42 +134,6 @@ def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_
         AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
 
 
-def test_whole_word_masking_masks_all_the_pieces_of_a_word_or_none():
-    word_starts = torch.arange(VOCAB) % 3 == 0  # a piece id divisible by 3 begins a word
-    ids = batch_of_titles(lengths=(40, 33, 40, 25), seed=3)
-    real = ids.gt(4)
-    masked = mask_tokens(ids, SPECIALS, p=0.4, min_len=5, generator=torch.Generator().manual_seed(0),
-                         word_starts=word_starts)
-    hit = masked.eq(SPECIALS.mask) & real
-    assert torch.equal(masked[~hit], ids[~hit])  # only [MASK] is written, only over real pieces
-    words = (word_starts[ids] | ~real).cumsum(1)
-    for row in range(len(ids)):
-        for word in words[row][real[row]].unique():
-            in_word = real[row] & words[row].eq(word)
-            assert hit[row][in_word].all() or not hit[row][in_word].any()
-    assert 0.25 < hit.sum() / real.sum() < 0.55  # about p of the pieces, drawn per word
-    # Each piece a word of its own: single pieces again, about p of them masked.
-    each = mask_tokens(ids, SPECIALS, p=0.4, min_len=5, generator=torch.Generator().manual_seed(0),
-                       word_starts=torch.ones(VOCAB, dtype=torch.bool))
-    pieces_hit = each.eq(SPECIALS.mask) & real
-    assert 0.3 < pieces_hit.sum() / real.sum() < 0.5
-    assert not torch.equal(pieces_hit, hit)
-
-
-def test_sentencepiece_word_starts_follow_the_spaces():
-    from klue_tc.config import TokenizerConfig
-    from klue_tc.tokenizers import SentencePieceTokenizer
-
-    titles = [f"{a} 정부 {b} 발표 {c}" for a in ("경제", "주식", "환율", "금리") for b in ("대책", "회의", "결과")
-              for c in ("오늘", "내일", "다음주", "이번달")] * 3
-    tokenizer = SentencePieceTokenizer.train(titles, TokenizerConfig(vocab_size=60))
-    starts = tokenizer.word_starts()
-    assert len(starts) == tokenizer.vocab_size
-    for title in titles[:12]:
-        pieces = tokenizer._piece_ids([title])[0]
-        assert sum(starts[i] for i in pieces) == len(title.split())  # one start per eojeol
-
-
 def test_masked_lm_loss_scores_only_the_masked_positions():
     torch.manual_seed(0)
     module = tiny_module().eval()
