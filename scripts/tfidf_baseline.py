@@ -59,8 +59,8 @@ def main() -> None:
     fold_f1 = f1_score(data.labels[fold_idx], model.predict([data.texts[i] for i in fold_idx]), average="macro")
     baseline_predicted = model.predict(validation.texts)
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
-    name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
-    print(f"{name}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
+    baseline_name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
+    print(f"{baseline_name}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
     if args.run:
         run_predicted = np.array([LABEL_NAMES.index(name) for name, _ in predict_titles(args.run, validation.texts)])
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)
