@@ -9,8 +9,11 @@ from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli
 
 
-def wandb_run_files(run_dir: Path) -> list[bytes]:
-    return [p.read_bytes() for p in sorted(run_dir.glob("wandb/offline-run-*/*.wandb"))]
+def wandb_runs_by_fold(run_dir: Path, folds: int) -> dict[int, list[bytes]]:
+    """The offline runs' .wandb files, keyed by the fold each names. Not by directory name: that
+    sorts by start second, then by a random run id, and two tiny folds can start in one second."""
+    payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
+    return {fold: [p for p in payloads if f"fold{fold}".encode() in p] for fold in range(folds)}
 
 
 def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, tiny_tsv):
@@ -31,11 +34,12 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
                         last_line)
 
     # One offline W&B run per fold, one group, the fold as job type, val/f1 logged, CV summary in the last.
-    runs = wandb_run_files(run_dir)
-    assert len(runs) == 2
-    for fold, payload in enumerate(runs):
-        assert b"val/f1" in payload and b"transformer" in payload and f"fold{fold}".encode() in payload
-    assert b"cv/f1_mean" in runs[-1]
+    assert len(list(run_dir.glob("wandb/offline-run-*/*.wandb"))) == 2
+    runs = wandb_runs_by_fold(run_dir, folds=2)
+    for fold, payloads in runs.items():
+        assert len(payloads) == 1, f"fold {fold} is named by {len(payloads)} runs"
+        assert b"val/f1" in payloads[0] and b"transformer" in payloads[0]
+    assert b"cv/f1_mean" in runs[1][0] and b"cv/f1_mean" not in runs[0][0]
 
     # Rerunning the same command trains nothing: both folds come from the results store.
     rerun_dir = tmp_path / "rerun"
