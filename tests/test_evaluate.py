@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import REPO, make_headlines, write_tsv
 from klue_tc.evaluate import paired_bootstrap_f1_difference
 
 
@@ -32,8 +33,6 @@ def test_the_interval_excludes_zero_only_when_one_model_is_clearly_better():
 
 @pytest.mark.parametrize("untuned", [False, True])
 def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, untuned):
-    from conftest import REPO, make_headlines, write_tsv
-
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=8, seed=1))
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "tfidf_baseline.py"), "--train", str(train),

@@ -181,7 +181,6 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
     assert loss(10.0, 0.3) > loss(0.0, 0.3) + 1e-3
 
 
-
 def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
     from klue_tc.module import TopicClassifierModule
 
