@@ -89,7 +89,8 @@ class TopicClassifierModule(L.LightningModule):
         original = batch["input_ids"]
         regularize = self.current_epoch >= self.optim_cfg.regularize_from_epoch
         masking = regularize and self.augment_cfg.p > 0
-        input_ids = mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len) if masking else original
+        input_ids = (mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len)
+                     if masking else original)
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
         logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])

@@ -31,7 +31,11 @@ def run_in_process(overrides: list[str], run_dir: Path) -> float:
     return run_job(compose_job(overrides, run_dir))
 
 
-def run_cli(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_python(args: list[str], cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python ARGS` in a fresh process that imports this checkout's klue_tc."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "klue_tc", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return run_python(["-m", "klue_tc", *args], cwd=cwd, timeout=timeout)

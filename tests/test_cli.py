@@ -9,10 +9,13 @@ from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli
 
 
-def wandb_runs_by_fold(run_dir: Path, folds: int) -> dict[int, list[bytes]]:
+def wandb_run_files(run_dir: Path) -> list[bytes]:
+    return [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
+
+
+def by_fold(payloads: list[bytes], folds: int) -> dict[int, list[bytes]]:
     """The offline runs' .wandb files, keyed by the fold each names. Not by directory name: that
     sorts by start second, then by a random run id, and two tiny folds can start in one second."""
-    payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
     return {fold: [p for p in payloads if f"fold{fold}".encode() in p] for fold in range(folds)}
 
 
@@ -34,8 +37,9 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
                         last_line)
 
     # One offline W&B run per fold, one group, the fold as job type, val/f1 logged, CV summary in the last.
-    assert len(list(run_dir.glob("wandb/offline-run-*/*.wandb"))) == 2
-    runs = wandb_runs_by_fold(run_dir, folds=2)
+    payloads = wandb_run_files(run_dir)
+    assert len(payloads) == 2
+    runs = by_fold(payloads, folds=2)
     for fold, payloads in runs.items():
         assert len(payloads) == 1, f"fold {fold} is named by {len(payloads)} runs"
         assert b"val/f1" in payloads[0] and b"transformer" in payloads[0]

@@ -1,12 +1,10 @@
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import REPO, make_headlines, write_tsv
+from jobs import run_python
 from klue_tc.evaluate import paired_bootstrap_f1_difference
 
 
@@ -35,9 +33,8 @@ def test_the_interval_excludes_zero_only_when_one_model_is_clearly_better():
 def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, untuned):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=8, seed=1))
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "tfidf_baseline.py"), "--train", str(train),
-                           "--validation", str(validation), *(["--untuned"] if untuned else [])],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_python([str(REPO / "scripts" / "tfidf_baseline.py"), "--train", str(train),
+                       "--validation", str(validation), *(["--untuned"] if untuned else [])], timeout=120)
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip().splitlines()[-1]
     assert ("(scikit-learn defaults)" in line) == untuned
