@@ -45,8 +45,11 @@ def install() -> None:
             return func()
         except Exception as err:
             line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else one_line(err)
-            if line is None:
-                return original(lambda: (_ for _ in ()).throw(err))
+            if line is None:  # not a user error: Hydra's own report, with the traceback
+                def reraise(error: Exception = err):
+                    raise error
+
+                return original(reraise)
             print(f"error: {line}", file=sys.stderr, flush=True)
             sys.exit(USER_ERROR_EXIT)
 

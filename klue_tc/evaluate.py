@@ -53,17 +53,39 @@ def save_confusion_matrix(truth: np.ndarray, predicted: np.ndarray, path: Path) 
     plt.close(fig)
 
 
+def macro_f1_from_counts(counts: np.ndarray) -> np.ndarray:
+    """Macro-F1 of each (..., classes, classes) confusion count matrix (truth by row), averaged
+    over the classes present in its truth or predictions, as scikit-learn's f1_score does."""
+    true_positives = np.diagonal(counts, axis1=-2, axis2=-1)
+    support_plus_predicted = counts.sum(-1) + counts.sum(-2)  # 2 tp + fp + fn
+    present = support_plus_predicted > 0
+    f1 = np.divide(2 * true_positives, support_plus_predicted, out=np.zeros(true_positives.shape), where=present)
+    return f1.sum(-1) / present.sum(-1)
+
+
 def paired_bootstrap_f1_difference(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np.ndarray,
-                                   resamples: int = 1000, seed: int = 0) -> dict:
+                                   resamples: int = 1000, seed: int = 0, chunk: int = 100) -> dict:
     """Macro-F1 of A minus that of B on the same titles, with a 95 % interval from resampling the
-    titles (both models scored on each resample, so the interval is of the paired difference)."""
+    titles (both models scored on each resample, so the interval is of the paired difference).
+    Each resample's F1 comes from its confusion counts, `chunk` resamples per bincount, instead
+    of 2 x `resamples` calls to f1_score (5 s on 4,568 titles)."""
     truth, predicted_a, predicted_b = map(np.asarray, (truth, predicted_a, predicted_b))
+    classes = int(max(truth.max(), predicted_a.max(), predicted_b.max())) + 1
     rng = np.random.default_rng(seed)
-    differences = np.empty(resamples)
-    for k in range(resamples):
-        rows = rng.integers(0, len(truth), len(truth))
-        differences[k] = (f1_score(truth[rows], predicted_a[rows], average="macro")
-                          - f1_score(truth[rows], predicted_b[rows], average="macro"))
+    differences = []
+    for start in range(0, resamples, chunk):
+        rows = rng.integers(0, len(truth), (min(chunk, resamples - start), len(truth)))
+        differences.append(_resampled_macro_f1(truth, predicted_a, rows, classes)
+                           - _resampled_macro_f1(truth, predicted_b, rows, classes))
+    differences = np.concatenate(differences)
     low, high = np.percentile(differences, [2.5, 97.5])
     return {"difference": float(f1_score(truth, predicted_a, average="macro") - f1_score(truth, predicted_b, average="macro")),
             "low": float(low), "high": float(high), "share_a_better": float(np.mean(differences > 0))}
+
+
+def _resampled_macro_f1(truth: np.ndarray, predicted: np.ndarray, rows: np.ndarray, classes: int) -> np.ndarray:
+    """Macro-F1 on each row of `rows` (title indices drawn with replacement)."""
+    cells = classes * classes
+    codes = (truth * classes + predicted)[rows] + cells * np.arange(len(rows))[:, None]
+    counts = np.bincount(codes.ravel(), minlength=cells * len(rows)).reshape(len(rows), classes, classes)
+    return macro_f1_from_counts(counts)

@@ -41,8 +41,9 @@ def prepare_fold(run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, va
     if run.tokenizer.sampling_alpha > 0:
         alpha, texts, seed = run.tokenizer.sampling_alpha, train_part.texts, run.seed
 
-        def resample(epoch: int) -> EncodedTitles:
+        def sampled(epoch: int) -> EncodedTitles:
             return EncodedTitles.from_lists(tokenizer.encode_sampled(texts, alpha, seed + epoch))
+        resample = sampled
     return PreparedFold(
         tokenizer, key,
         EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),

@@ -50,3 +50,8 @@ def fold_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512)
         module, tokenizer = load_fold(record)
         out.append(predict_probs(module, tokenizer, texts, batch_size))
     return out
+
+
+def ensemble_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512) -> np.ndarray:
+    """The fold models' averaged probabilities: what a run predicts."""
+    return np.mean(fold_probs(records, texts, batch_size), axis=0)

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
-
 from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import KlueTcError, ResourceError
 
@@ -59,9 +57,9 @@ def predict_titles(run_dir: str | Path, titles: Sequence[str], batch_size: int =
     if not titles:
         return []
     records = fold_records(run_dir)
-    from klue_tc.inference import fold_probs  # torch/lightning only once the inputs are known to be good
+    from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
 
-    probs = np.mean(fold_probs(records, titles, batch_size), axis=0)
+    probs = ensemble_probs(records, titles, batch_size)
     best = probs.argmax(axis=1)
     return [(LABEL_NAMES[k], float(p[k])) for k, p in zip(best, probs)]
 

@@ -11,17 +11,16 @@ few thousand titles one model's F1 moves by about half a point from sampling alo
 import argparse
 import sys
 
-import numpy as np
-
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import f1_score
 from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
-from klue_tc.data import LABEL_NAMES, read_labelled_file, stratified_folds
+from klue_tc.data import read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError
 from klue_tc.evaluate import paired_bootstrap_f1_difference
-from klue_tc.predict import fold_records, predict_titles
+from klue_tc.inference import ensemble_probs
+from klue_tc.predict import fold_records
 
 
 def baseline_pipeline(untuned: bool = False):
@@ -46,9 +45,10 @@ def main() -> None:
     parser.add_argument("--untuned", action="store_true",
                         help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline")
     args = parser.parse_args()
+    run_records = None
     if args.run:
         try:
-            fold_records(args.run)  # a bad run directory fails before the baseline trains
+            run_records = fold_records(args.run)  # a bad run directory fails before the baseline trains
         except KlueTcError as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -61,8 +61,8 @@ def main() -> None:
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
     baseline_name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
     print(f"{baseline_name}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
-    if args.run:
-        run_predicted = np.array([LABEL_NAMES.index(name) for name, _ in predict_titles(args.run, validation.texts)])
+    if run_records:
+        run_predicted = ensemble_probs(run_records, validation.texts).argmax(1)
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)
         run_f1 = val_f1 + paired["difference"]  # the bootstrap scored the run on all titles already
         print(f"run {args.run}: validation macro-F1 {run_f1:.4f}; run - baseline {paired['difference']:+.4f} "

@@ -2,10 +2,11 @@ import re
 
 import numpy as np
 import pytest
+from sklearn.metrics import confusion_matrix, f1_score
 
 from conftest import REPO, make_headlines, write_tsv
 from jobs import run_python
-from klue_tc.evaluate import paired_bootstrap_f1_difference
+from klue_tc.evaluate import macro_f1_from_counts, paired_bootstrap_f1_difference
 
 
 def predictions(truth: np.ndarray, wrong_share: float, seed: int) -> np.ndarray:
@@ -27,6 +28,14 @@ def test_the_interval_excludes_zero_only_when_one_model_is_clearly_better():
     # A model against itself: no difference at all, on every resample.
     same = paired_bootstrap_f1_difference(truth, better, better, resamples=50)
     assert same == pytest.approx({"difference": 0.0, "low": 0.0, "high": 0.0, "share_a_better": 0.0})
+
+
+def test_macro_f1_from_confusion_counts_matches_scikit_learn_also_with_absent_classes():
+    rng = np.random.default_rng(4)
+    for size, classes in [(50, 7), (8, 7), (300, 3)]:  # 8 titles: some classes absent from both
+        truth, predicted = rng.integers(0, classes, size), rng.integers(0, classes, size)
+        counts = confusion_matrix(truth, predicted, labels=range(7))
+        assert macro_f1_from_counts(counts) == pytest.approx(f1_score(truth, predicted, average="macro"))
 
 
 @pytest.mark.parametrize("untuned", [False, True])
