@@ -59,10 +59,11 @@ def ema_with_warmup(decay: float):
 
     @torch.no_grad()
     def update(averaged: list[torch.Tensor], current: list[torch.Tensor], n_averaged: torch.Tensor) -> None:
-        n = int(n_averaged)
-        step_decay = min(decay, (1 + n) / (10 + n))
         if torch.is_floating_point(averaged[0]):
-            torch._foreach_lerp_(averaged, current, 1 - step_decay)
+            # The decay stays a tensor on the model's device: int(n_averaged) would make the host
+            # wait for the GPU after every step.
+            step_decay = torch.clamp((1 + n_averaged) / (10 + n_averaged), max=decay)
+            torch._foreach_lerp_(averaged, current, (1 - step_decay).to(averaged[0].dtype))
         else:
             torch._foreach_copy_(averaged, current)
 
