@@ -115,10 +115,10 @@ class TopicClassifierModule(L.LightningModule):
     def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the original tokens under [MASK], scored only at those positions."""
         where = masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)
-        if not bool(where.any()):  # no title long enough to mask: keep the graph, add nothing
-            return states.sum() * 0.0
         scores = self.mlm_head(states[where], self.model.encoder.embeddings.tokens.weight)
-        return F.cross_entropy(scores.float(), original_ids[where])
+        # Summed, then divided by at least 1: a batch with no title long enough to mask adds 0 and
+        # keeps the graph, without a host-side check of `where`.
+        return F.cross_entropy(scores.float(), original_ids[where], reduction="sum") / where.sum().clamp(min=1)
 
     def on_train_epoch_end(self) -> None:
         self.log_dict(self.train_metrics.compute())

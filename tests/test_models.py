@@ -2,6 +2,7 @@ import itertools
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement
 from klue_tc.models import build_classifier
@@ -148,7 +149,12 @@ def test_masked_lm_loss_scores_only_the_masked_positions():
     other_hidden = ids.clone()
     other_hidden[where] = (ids[where] + 1 - 5) % (VOCAB - 5) + 5  # other originals under the masks
     assert not torch.equal(module.masked_lm_loss(states, masked, other_hidden), loss)
-    assert module.masked_lm_loss(states, ids, ids).item() == 0.0  # nothing masked: no loss
+    expected = F.cross_entropy(module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where])
+    assert loss.item() == pytest.approx(expected.item())  # the mean over the masked positions
+    nothing_masked = module.masked_lm_loss(states, ids, ids)
+    assert nothing_masked.item() == 0.0
+    nothing_masked.backward()  # the head still takes part in the graph (DDP expects every parameter)
+    assert module.mlm_head.bias.grad is not None and not module.mlm_head.bias.grad.any()
 
 
 def test_masked_lm_loss_trains_the_encoder_and_its_own_head():
