@@ -264,7 +264,7 @@ def test_concurrent_throughput_spans_first_start_to_last_end():
 
 
 def test_gpu_projection_from_a_report(monkeypatch):
-    monkeypatch.setattr(bench, "paper_sweep_settings", lambda repo=bench.REPO_ROOT: {
+    monkeypatch.setattr(bench.projection, "paper_sweep_settings", lambda repo=bench.REPO_ROOT: {
         "epochs": 10, "layers": (2, 3, 4, 5, 6), "jobs_in_file": 600, "source": "sweeps/paper.yaml"})
     run = {"samples_per_s": 9000.0, "loop_samples_per_s": 8000.0, "eval_samples_per_s": 30000.0}
     report = {
