@@ -215,32 +215,66 @@ def validate(cfg: DictConfig) -> RunConfig:
     return run
 
 
+def _one_of(name: str, value: Any, choices: tuple) -> tuple[bool, str]:
+    return value in choices, f"{name} must be one of {', '.join(map(str, choices))}; got {value}"
+
+
+def _at_least(name: str, value: float, low: float) -> tuple[bool, str]:
+    return value >= low, f"{name} must be >= {low}, got {value}"
+
+
+def _share(name: str, value: float, closed_top: bool = False) -> tuple[bool, str]:
+    """A rate in [0, 1) (or [0, 1])."""
+    ok = 0.0 <= value <= 1.0 if closed_top else 0.0 <= value < 1.0
+    return ok, f"{name} must be in [0, 1{']' if closed_top else ')'}, got {value}"
+
+
 def _check_ranges(run: RunConfig) -> None:
+    enc, opt, tok, data = run.encoder, run.optim, run.tokenizer, run.data
     checks = [
-        (run.encoder.layers >= 1, f"encoder.layers must be a positive int, got {run.encoder.layers}"),
-        (run.encoder.d_model % run.encoder.heads == 0,
-         f"encoder.d_model ({run.encoder.d_model}) must be divisible by encoder.heads ({run.encoder.heads})"),
-        (run.cv.folds >= 2, f"cv.folds must be at least 2, got {run.cv.folds}"),
+        _at_least("encoder.layers", enc.layers, 1),
+        _at_least("encoder.d_model", enc.d_model, 1),
+        _at_least("encoder.heads", enc.heads, 1),
+        (enc.heads >= 1 and enc.d_model % enc.heads == 0,
+         f"encoder.d_model ({enc.d_model}) must be divisible by encoder.heads ({enc.heads})"),
+        _at_least("encoder.ffn_dim", enc.ffn_dim, 1),
+        _at_least("encoder.conv_kernel", enc.conv_kernel, 1),
+        _share("encoder.dropout", enc.dropout),
+        _share("encoder.attention_dropout", enc.attention_dropout),
+        _one_of("encoder.positions", enc.positions, ("sinusoidal", "scaled_sinusoidal", "learned")),
+        _at_least("head.hidden", run.head.hidden, 1),
+        _share("head.dropout", run.head.dropout),
+        _at_least("cv.folds", run.cv.folds, 2),
         (run.cv.fold is None or 0 <= run.cv.fold < run.cv.folds,
          f"cv.fold must be in 0..{run.cv.folds - 1}, got {run.cv.fold}"),
-        (run.data.limit is None or run.data.limit > 0, f"data.limit must be positive, got {run.data.limit}"),
-        (run.tokenizer.model_type in ("unigram", "bpe", "char", "word"),
-         f"tokenizer.model_type must be one of unigram, bpe, char, word; got {run.tokenizer.model_type}"),
-        (run.optim.schedule in ("cosine", "linear", "constant"),
-         f"optim.schedule must be one of cosine, linear, constant; got {run.optim.schedule}"),
-        (run.encoder.positions in ("sinusoidal", "scaled_sinusoidal", "learned"),
-         f"encoder.positions must be one of sinusoidal, scaled_sinusoidal, learned; got {run.encoder.positions}"),
-        (0.0 <= run.augment.p < 1.0, f"augment.p must be in [0, 1), got {run.augment.p}"),
-        (run.augment.mlm_weight >= 0.0, f"augment.mlm_weight must be >= 0, got {run.augment.mlm_weight}"),
+        (data.limit is None or data.limit > 0, f"data.limit must be positive, got {data.limit}"),
+        _at_least("data.batch_size", data.batch_size, 1),
+        _at_least("data.eval_batch_size", data.eval_batch_size, 1),
+        _at_least("tokenizer.vocab_size", tok.vocab_size, 1),
+        (0.0 < tok.character_coverage <= 1.0,
+         f"tokenizer.character_coverage must be in (0, 1], got {tok.character_coverage}"),
+        _at_least("tokenizer.max_length", tok.max_length, 3),  # [CLS], one piece, [SEP]
+        _one_of("tokenizer.model_type", tok.model_type, ("unigram", "bpe", "char", "word")),
+        _share("tokenizer.sampling_alpha", tok.sampling_alpha, closed_top=True),
+        (tok.sampling_alpha == 0.0 or tok.name != TokenizerKind.mecab,
+         "tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
+        (opt.lr > 0, f"optim.lr must be > 0, got {opt.lr}"),
+        _at_least("optim.weight_decay", opt.weight_decay, 0.0),
+        _share("optim.warmup_ratio", opt.warmup_ratio),
+        _one_of("optim.schedule", opt.schedule, ("cosine", "linear", "constant")),
+        _share("optim.label_smoothing", opt.label_smoothing),
+        _share("optim.ema_decay", opt.ema_decay),
+        _at_least("optim.rdrop_alpha", opt.rdrop_alpha, 0.0),
+        _at_least("optim.regularize_from_epoch", opt.regularize_from_epoch, 0),
+        _share("augment.p", run.augment.p),
+        _at_least("augment.mlm_weight", run.augment.mlm_weight, 0.0),
         (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
-        (run.optim.rdrop_alpha >= 0.0, f"optim.rdrop_alpha must be >= 0, got {run.optim.rdrop_alpha}"),
-        (run.optim.regularize_from_epoch >= 0,
-         f"optim.regularize_from_epoch must be >= 0, got {run.optim.regularize_from_epoch}"),
-        (0.0 <= run.tokenizer.sampling_alpha <= 1.0,
-         f"tokenizer.sampling_alpha must be in [0, 1], got {run.tokenizer.sampling_alpha}"),
-        (run.tokenizer.sampling_alpha == 0.0 or run.tokenizer.name != TokenizerKind.mecab,
-         "tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
+        _at_least("trainer.max_epochs", run.trainer.max_epochs, 1),
+        _at_least("trainer.early_stopping_patience", run.trainer.early_stopping_patience, 1),
+        # Lightning's names for the accelerators this package supports (the issue's auto|cpu|gpu).
+        _one_of("trainer.accelerator", run.trainer.accelerator, ("auto", "cpu", "gpu", "cuda")),
+        _one_of("trainer.progress_bar", run.trainer.progress_bar, ("auto", "rich", "none")),
     ]
     for ok, message in checks:
         if not ok:

@@ -17,6 +17,7 @@ from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor
 from klue_tc.config import RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
+from klue_tc.errors import ResourceError
 from klue_tc.module import TopicClassifierModule
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
@@ -53,6 +54,13 @@ def prepare_fold(run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, va
 
 def uses_gpu(cfg: TrainerConfig) -> bool:
     return cfg.accelerator in ("gpu", "cuda") or (cfg.accelerator == "auto" and torch.cuda.is_available())
+
+
+def require_asked_gpu(cfg: TrainerConfig) -> None:
+    """A GPU asked for by name must be there: one line now, not Lightning's traceback later."""
+    if cfg.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ResourceError(f"trainer.accelerator={cfg.accelerator}, but torch {torch.__version__} sees no CUDA GPU; "
+                            f"use trainer.accelerator=auto (the GPU when there is one) or trainer.accelerator=cpu")
 
 
 def cpu_has_bf16_matmul() -> bool:

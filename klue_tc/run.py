@@ -120,11 +120,13 @@ def run_job(cfg: DictConfig) -> float:
     group = run.logger.wandb.group or run.sweep or run.experiment
     last_logger = None
     if missing:
+        from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold  # torch/lightning only when training
+
+        require_asked_gpu(run.trainer)
         data = load_training(run.data, run.seed)
         log.info("training data: %d titles from %s", len(data), data.source)
         splits = stratified_folds(data.labels, run.cv.folds, run.cv.seed)
         cache = TokenizerCache(run.data.cache_dir)
-        from klue_tc.fold import prepare_fold, train_fold  # torch/lightning only when training
 
         for k in missing:
             if last_logger is not None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
-from jobs import run_cli
+from jobs import compose_job, run_cli
 
 
 def wandb_run_files(run_dir: Path) -> list[bytes]:
@@ -82,6 +82,38 @@ def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, exp
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("tokenizer.vocab_size=-5", "tokenizer.vocab_size must be >= 1, got -5"),
+    ("encoder.dropout=1.5", "encoder.dropout must be in [0, 1), got 1.5"),
+    ("encoder.heads=0", "encoder.heads must be >= 1, got 0"),
+    ("optim.lr=0", "optim.lr must be > 0, got 0.0"),
+    ("optim.ema_decay=1", "optim.ema_decay must be in [0, 1), got 1.0"),
+    ("data.batch_size=0", "data.batch_size must be >= 1, got 0"),
+    ("trainer.max_epochs=0", "trainer.max_epochs must be >= 1, got 0"),
+    ("trainer.accelerator=tpu", "trainer.accelerator must be one of auto, cpu, gpu, cuda; got tpu"),
+])
+def test_out_of_range_values_fail_validation_with_the_key_and_the_range(tmp_path, override, expected):
+    from klue_tc.config import validate
+    from klue_tc.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        validate(compose_job(["+experiment=transformer", override], tmp_path / "run"))
+    assert str(raised.value) == expected
+
+
+def test_a_gpu_asked_for_by_name_must_be_there(monkeypatch):
+    import torch
+
+    from klue_tc.config import TrainerConfig
+    from klue_tc.errors import ResourceError
+    from klue_tc.fold import require_asked_gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ResourceError, match="sees no CUDA GPU; use trainer.accelerator=auto"):
+        require_asked_gpu(TrainerConfig(accelerator="gpu"))
+    require_asked_gpu(TrainerConfig(accelerator="auto"))  # auto falls back to the CPU
 
 
 def test_wandb_that_cannot_start_falls_back_to_csv_with_one_warning(tmp_path, monkeypatch, caplog):
