@@ -7,7 +7,7 @@ from torch.nn import functional as F
 from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import lr_lambda, mask_tokens
+from klue_tc.module import MLM_ROW_BUCKET, lr_lambda, mask_tokens
 from klue_tc.tokenizers import SpecialIds
 
 VOCAB, PAD = 50, 0
@@ -151,6 +151,10 @@ def test_masked_lm_loss_scores_only_the_masked_positions():
     assert not torch.equal(module.masked_lm_loss(states, masked, other_hidden), loss)
     expected = F.cross_entropy(module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where])
     assert loss.item() == pytest.approx(expected.item())  # the mean over the masked positions
+    seen_rows = []
+    module.mlm_head.register_forward_hook(lambda head, args, out: seen_rows.append(len(args[0])))
+    module.masked_lm_loss(states, masked, ids)
+    assert seen_rows == [MLM_ROW_BUCKET]  # a few masked rows, padded: one shape for the CPU's kernel cache
     nothing_masked = module.masked_lm_loss(states, ids, ids)
     assert nothing_masked.item() == 0.0
     nothing_masked.backward()  # the head still takes part in the graph (DDP expects every parameter)
