@@ -22,7 +22,6 @@ from klue_tc.config import DataConfig, RunConfig, job_config, validate
 from klue_tc.data import (
     LabelledTitles, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
 )
-from klue_tc.loggers import finish_wandb, make_logger
 from klue_tc.results import ResultsStore, atomic_write_json, config_hash
 from klue_tc.tokenizers import TokenizerCache
 
@@ -120,7 +119,9 @@ def run_job(cfg: DictConfig) -> float:
     group = run.logger.wandb.group or run.sweep or run.experiment
     last_logger = None
     if missing:
-        from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold  # torch/lightning only when training
+        # torch and lightning only when training: a bad override or file fails in a second or two.
+        from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold
+        from klue_tc.loggers import finish_wandb, make_logger
 
         require_asked_gpu(run.trainer)
         data = load_training(run.data, run.seed)
@@ -151,9 +152,10 @@ def run_job(cfg: DictConfig) -> float:
 
         metrics.update(score_validation(metrics["folds"], validation, run_dir, run.data.eval_batch_size))
     atomic_write_json(run_dir / "metrics.json", metrics)
-    finish_wandb(last_logger, summary={f"cv/{k[3:]}": v for k, v in metrics.items()
-                                       if k.startswith("cv_") and isinstance(v, (int, float))}
-                 | {k: v for k, v in metrics.items() if k in ("validation_f1", "validation_accuracy")})
+    if last_logger is not None:  # set only where folds were trained, with finish_wandb imported
+        finish_wandb(last_logger, summary={f"cv/{k[3:]}": v for k, v in metrics.items()
+                                           if k.startswith("cv_") and isinstance(v, (int, float))}
+                     | {k: v for k, v in metrics.items() if k in ("validation_f1", "validation_accuracy")})
     print(final_line(metrics), flush=True)
     score = metrics["cv_f1_mean"]
     if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
