@@ -119,13 +119,13 @@ def run_job(cfg: DictConfig) -> float:
     group = run.logger.wandb.group or run.sweep or run.experiment
     last_logger = None
     if missing:
-        # torch and lightning only when training: a bad override or file fails in a second or two.
+        data = load_training(run.data, run.seed)
+        log.info("training data: %d titles from %s", len(data), data.source)
+        # torch and lightning only now, so that a bad override or file fails before they load.
         from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold
         from klue_tc.loggers import finish_wandb, make_logger
 
         require_asked_gpu(run.trainer)
-        data = load_training(run.data, run.seed)
-        log.info("training data: %d titles from %s", len(data), data.source)
         splits = stratified_folds(data.labels, run.cv.folds, run.cv.seed)
         cache = TokenizerCache(run.data.cache_dir)
 
