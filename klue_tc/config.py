@@ -215,6 +215,11 @@ def validate(cfg: DictConfig) -> RunConfig:
     return run
 
 
+# Lightning's names for the accelerators this package supports (the auto|cpu|gpu).
+GPU_ACCELERATORS = ("gpu", "cuda")
+ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
+
+
 def _one_of(name: str, value: Any, choices: tuple) -> tuple[bool, str]:
     return value in choices, f"{name} must be one of {', '.join(map(str, choices))}; got {value}"
 
@@ -272,8 +277,7 @@ def _check_ranges(run: RunConfig) -> None:
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
         _at_least("trainer.max_epochs", run.trainer.max_epochs, 1),
         _at_least("trainer.early_stopping_patience", run.trainer.early_stopping_patience, 1),
-        # Lightning's names for the accelerators this package supports (the auto|cpu|gpu).
-        _one_of("trainer.accelerator", run.trainer.accelerator, ("auto", "cpu", "gpu", "cuda")),
+        _one_of("trainer.accelerator", run.trainer.accelerator, ACCELERATORS),
         _one_of("trainer.progress_bar", run.trainer.progress_bar, ("auto", "rich", "none")),
     ]
     for ok, message in checks:

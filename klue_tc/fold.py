@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from lightning.pytorch.loggers import Logger
 
 from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor
-from klue_tc.config import RunConfig, TrainerConfig
+from klue_tc.config import GPU_ACCELERATORS, RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.errors import ResourceError
@@ -53,12 +53,12 @@ def prepare_fold(run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, va
 
 
 def uses_gpu(cfg: TrainerConfig) -> bool:
-    return cfg.accelerator in ("gpu", "cuda") or (cfg.accelerator == "auto" and torch.cuda.is_available())
+    return cfg.accelerator in GPU_ACCELERATORS or (cfg.accelerator == "auto" and torch.cuda.is_available())
 
 
 def require_asked_gpu(cfg: TrainerConfig) -> None:
     """A GPU asked for by name must be there: one line now, not Lightning's traceback later."""
-    if cfg.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if cfg.accelerator in GPU_ACCELERATORS and not torch.cuda.is_available():
         raise ResourceError(f"trainer.accelerator={cfg.accelerator}, but torch {torch.__version__} sees no CUDA GPU; "
                             f"use trainer.accelerator=auto (the GPU when there is one) or trainer.accelerator=cpu")
 
