@@ -83,6 +83,17 @@ def paired_bootstrap_f1_difference(truth: np.ndarray, predicted_a: np.ndarray, p
             "low": float(low), "high": float(high), "share_a_better": float(np.mean(differences > 0))}
 
 
+def agreement_shares(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np.ndarray) -> dict:
+    """Where two models are right and wrong on the same titles, as shares of the titles. Their F1
+    gap can only come from the titles one of them gets right alone; `both_wrong_alike` (both give
+    the same wrong class) bounds what either can gain on a test set labelled like the training set."""
+    truth, predicted_a, predicted_b = map(np.asarray, (truth, predicted_a, predicted_b))
+    right_a, right_b = predicted_a == truth, predicted_b == truth
+    return {"both_right": float(np.mean(right_a & right_b)), "only_a_right": float(np.mean(right_a & ~right_b)),
+            "only_b_right": float(np.mean(~right_a & right_b)), "both_wrong": float(np.mean(~right_a & ~right_b)),
+            "both_wrong_alike": float(np.mean(~right_a & ~right_b & (predicted_a == predicted_b)))}
+
+
 def _resampled_macro_f1(truth: np.ndarray, predicted: np.ndarray, rows: np.ndarray, classes: int) -> np.ndarray:
     """Macro-F1 on each row of `rows` (title indices drawn with replacement)."""
     cells = classes * classes

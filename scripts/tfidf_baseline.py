@@ -5,8 +5,9 @@
 
 Prints fold-validation and validation macro-F1, for comparison with `python -m klue_tc` on the
 same split (`cv.folds`, `cv.fold`, `cv.seed`). With --run, also scores that run's checkpoints on
-the validation titles and gives the paired bootstrap interval of (run - baseline) macro-F1: on a
-few thousand titles one model's F1 moves by about half a point from sampling alone.
+the validation titles and gives the paired bootstrap interval of (run - baseline) macro-F1 (on a
+few thousand titles one model's F1 moves by about half a point from sampling alone), and how the
+titles split by which model is right.
 """
 import argparse
 import sys
@@ -18,7 +19,7 @@ from sklearn.svm import LinearSVC
 
 from klue_tc.data import read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError
-from klue_tc.evaluate import paired_bootstrap_f1_difference
+from klue_tc.evaluate import agreement_shares, paired_bootstrap_f1_difference
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
 
@@ -68,6 +69,10 @@ def main() -> None:
         print(f"run {args.run}: validation macro-F1 {run_f1:.4f}; run - baseline {paired['difference']:+.4f} "
               f"(95% paired bootstrap {paired['low']:+.4f} to {paired['high']:+.4f}; "
               f"run ahead in {paired['share_a_better']:.0%} of 1000 resamples)")
+        shares = agreement_shares(validation.labels, run_predicted, baseline_predicted)
+        print(f"titles: both right {shares['both_right']:.1%}, only the run {shares['only_a_right']:.1%}, "
+              f"only the baseline {shares['only_b_right']:.1%}, both wrong {shares['both_wrong']:.1%} "
+              f"({shares['both_wrong_alike']:.1%} with the same wrong class)")
 
 
 if __name__ == "__main__":

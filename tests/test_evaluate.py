@@ -6,7 +6,7 @@ from sklearn.metrics import confusion_matrix, f1_score
 
 from conftest import REPO, make_headlines, write_tsv
 from jobs import run_python
-from klue_tc.evaluate import macro_f1_from_counts, paired_bootstrap_f1_difference
+from klue_tc.evaluate import agreement_shares, macro_f1_from_counts, paired_bootstrap_f1_difference
 
 
 def predictions(truth: np.ndarray, wrong_share: float, seed: int) -> np.ndarray:
@@ -36,6 +36,16 @@ def test_macro_f1_from_confusion_counts_matches_scikit_learn_also_with_absent_cl
         truth, predicted = rng.integers(0, classes, size), rng.integers(0, classes, size)
         counts = confusion_matrix(truth, predicted, labels=range(7))
         assert macro_f1_from_counts(counts) == pytest.approx(f1_score(truth, predicted, average="macro"))
+
+
+def test_agreement_shares_split_the_titles_by_which_model_is_right():
+    truth = np.array([0, 1, 2, 3, 4, 5, 6, 0, 1, 2])
+    run = np.array([0, 1, 2, 3, 0, 0, 1, 1, 1, 2])       # right on 0-3, 8, 9
+    baseline = np.array([0, 1, 2, 0, 4, 0, 2, 1, 0, 0])  # right on 0-2, 4
+    shares = agreement_shares(truth, run, baseline)
+    assert shares == pytest.approx({"both_right": 0.3, "only_a_right": 0.3, "only_b_right": 0.1,
+                                    "both_wrong": 0.3, "both_wrong_alike": 0.2})  # titles 5 and 7 alike, 6 not
+    assert sum(shares[k] for k in ("both_right", "only_a_right", "only_b_right", "both_wrong")) == pytest.approx(1)
 
 
 @pytest.mark.parametrize("untuned", [False, True])
