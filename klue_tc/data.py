@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import StratifiedKFold, train_test_split
 
 from klue_tc.errors import DataError, ResourceError
 
@@ -163,6 +162,8 @@ def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
 def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> LabelledTitles:
     if limit is None or limit >= len(data):
         return data
+    from sklearn.model_selection import train_test_split  # here: scikit-learn takes 1.4 s to import
+
     indices, _ = train_test_split(
         np.arange(len(data)), train_size=limit, stratify=data.labels, random_state=seed
     )
@@ -171,10 +172,14 @@ def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> 
 
 def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(kept indices, held-out indices): a stratified `fraction` held out, in scikit-learn's order."""
+    from sklearn.model_selection import train_test_split  # here: a bad override fails before this import
+
     return train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
 
 
 def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere."""
+    from sklearn.model_selection import StratifiedKFold  # here: a bad override fails before this import
+
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]
