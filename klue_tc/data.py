@@ -5,6 +5,7 @@ row or column; nothing is silently dropped.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -62,21 +63,23 @@ def read_labelled_file(path: str | Path) -> LabelledTitles:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
-    frame = _parse(path, text)
-    return from_frame(frame, source=str(path))
+    frame, locations = _parse(path, text)
+    return from_frame(frame, source=str(path), locations=locations)
 
 
-def _parse(path: Path, text: str) -> pd.DataFrame:
+def _parse(path: Path, text: str) -> tuple[pd.DataFrame, list[str]]:
+    """The file's records, and where each one is in the file (for error messages)."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        records = []
+        records, locations = [], []
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as err:
                     raise DataError(f"{path}: line {number}: invalid JSON ({err.msg})") from None
-        return pd.DataFrame.from_records(records)
+                locations.append(f"line {number}")
+        return pd.DataFrame.from_records(records), locations
     if suffix == ".json":
         try:
             payload = json.loads(text)
@@ -86,31 +89,63 @@ def _parse(path: Path, text: str) -> pd.DataFrame:
             payload = next((v for v in payload.values() if isinstance(v, list)), None)
         if not isinstance(payload, list):
             raise DataError(f"{path}: expected a JSON list of records (KLUE layout)")
-        return pd.DataFrame.from_records(payload)
+        return pd.DataFrame.from_records(payload), [f"record {i}" for i in range(1, len(payload) + 1)]
     if suffix in (".csv", ".tsv", ".txt"):
-        sep = "," if suffix == ".csv" else "\t"
-        try:
-            return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False)
-        except pd.errors.ParserError as err:
-            raise DataError(f"{path}: {str(err).strip()}") from None
+        return _parse_delimited(path, text, "," if suffix == ".csv" else "\t")
     raise DataError(f"{path}: unknown file type {suffix!r}; use .json, .jsonl, .csv or .tsv")
 
 
-def from_frame(frame: pd.DataFrame, source: str) -> LabelledTitles:
+def _parse_delimited(path: Path, text: str, sep: str) -> tuple[pd.DataFrame, list[str]]:
+    """CSV/TSV with a header and quoting as Python's csv module writes it (the shared train.tsv
+    quotes its one title that ends in a tab). Strict, so that a stray quote is an error naming
+    its line instead of a title with its quotes silently removed (pandas' reader does that)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    separator_name = "tab" if sep == "\t" else "comma"
+    rows, locations, last_line = [], [], 0
+    try:
+        header = next(reader)
+        last_line = reader.line_num
+        for row in reader:
+            first_line, last_line = last_line + 1, reader.line_num
+            if not row:  # a blank line
+                continue
+            if last_line != first_line:  # titles are one line: a newline inside one means an unclosed quote
+                raise DataError(f"{path}: line {first_line}: a quote (\") opened here closes on line {last_line}; "
+                                "a title with a quote in it must be quoted, its quotes doubled")
+            if len(row) != len(header):
+                hint = (f"a title that holds a {separator_name} must be quoted" if len(row) > len(header)
+                        else f"the fields must be separated by a {separator_name}")
+                raise DataError(f"{path}: line {last_line}: {len(row)} field(s), expected {len(header)} "
+                                f"({', '.join(header)}); {hint}")
+            rows.append(row)
+            locations.append(f"line {first_line}")
+    except csv.Error as err:
+        reason = str(err).replace("\t", "tab")  # "'\t' expected after '\"'" printed a raw tab
+        raise DataError(f"{path}: line {last_line + 1}: bad quoting ({reason}); a title with a quote (\") in it "
+                        "must be quoted, its quotes doubled") from None
+    return pd.DataFrame(rows, columns=header, dtype=str), locations
+
+
+def from_frame(frame: pd.DataFrame, source: str, locations: list[str] | None = None) -> LabelledTitles:
+    """Titles and label ids from a frame; `locations` names each row in error messages (default
+    "row N")."""
     if frame.empty:
         raise DataError(f"{source}: no data rows")
+    where = (lambda row: locations[row]) if locations else (lambda row: f"row {row + 1}")
     text_col = _pick_column(frame, TEXT_COLUMNS, source, "title")
     label_col = _pick_column(frame, LABEL_COLUMNS, source, "label")
     texts = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
     empty = np.flatnonzero(texts.str.strip().eq("").to_numpy())
     if len(empty):
-        raise DataError(f"{source}: row {empty[0] + 1}: empty title (column {text_col!r})")
+        raise DataError(f"{source}: {where(empty[0])}: empty title (column {text_col!r})")
     labels = frame[label_col].map(_label_id)
     unknown = np.flatnonzero(labels.isna().to_numpy())
     if len(unknown):
         row = unknown[0]
+        value = frame[label_col].iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value  # 9, not np.int64(9)
         raise DataError(
-            f"{source}: row {row + 1}: unknown label {frame[label_col].iloc[row]!r} in column {label_col!r};"
+            f"{source}: {where(row)}: unknown label {value!r} in column {label_col!r};"
             f" expected an id 0-{NUM_CLASSES - 1} or one of {', '.join(LABEL_NAMES)}"
         )
     return LabelledTitles(texts.str.strip().tolist(), labels.to_numpy(dtype=np.int64), source)
@@ -164,9 +199,10 @@ def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> 
         return data
     from sklearn.model_selection import train_test_split  # here: scikit-learn takes 1.4 s to import
 
-    indices, _ = train_test_split(
-        np.arange(len(data)), train_size=limit, stratify=data.labels, random_state=seed
-    )
+    try:
+        indices, _ = train_test_split(np.arange(len(data)), train_size=limit, stratify=data.labels, random_state=seed)
+    except ValueError as err:  # fewer titles than classes, or a class with a single title
+        raise DataError(f"{data.source}: data.limit={limit}: no stratified subsample of that size ({err})") from None
     return data.subset(np.sort(indices))
 
 
@@ -182,4 +218,7 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np
     from sklearn.model_selection import StratifiedKFold  # here: a bad override fails before this import
 
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]
+    try:
+        return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]
+    except ValueError as err:  # more folds than titles, or than the titles of every class
+        raise DataError(f"cv.folds={folds}: too many folds for {len(labels)} titles ({err})") from None

@@ -54,13 +54,13 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
     assert rerun["cv_f1_mean"] == metrics["cv_f1_mean"] and rerun["validation_f1"] == metrics["validation_f1"]
 
 
-def test_bad_data_file_is_one_line_naming_the_row(tmp_path):
+def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("label\ttext\n스포츠\t손흥민 골\n정치\t국회 본회의\n과학\t반도체 호황\n", encoding="utf-8")
     done = run_cli([f"data.path={bad}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: {bad}: row 3: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
+        f"error: {bad}: line 4: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
         "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치"]
 
 

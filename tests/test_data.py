@@ -28,17 +28,31 @@ def test_every_format_reads_the_same_titles(tmp_path, headlines):
         assert data.labels.tolist() == expected_ids, name
 
 
-def test_quoted_title_with_a_tab_is_one_row(tmp_path):
+def test_quoted_title_with_a_tab_is_one_row_and_quotes_inside_titles_are_kept(tmp_path):
     path = tmp_path / "q.tsv"
-    path.write_text('label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 본회의\n', encoding="utf-8")
+    path.write_text('label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 "본회의"\n정치\t"""대화 재개"" 촉구"\n',
+                    encoding="utf-8")
     data = read_labelled_file(path)
-    assert data.texts == ["손흥민\t결승골", "국회 본회의"]
+    assert data.texts == ["손흥민\t결승골", '국회 "본회의"', '"대화 재개" 촉구']
+
+
+def test_json_records_are_named_by_their_position(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"title": "손흥민 골", "label": 5}, {"title": "국회", "label": 9}]), encoding="utf-8")
+    with pytest.raises(DataError, match="bad.json: record 2: unknown label 9"):
+        read_labelled_file(path)
 
 
 @pytest.mark.parametrize("content, message", [
-    ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "row 3: unknown label '과학'"),
-    ("label\ttext\n7\t손흥민 골\n", "row 1: unknown label '7'"),
-    ("label\ttext\n스포츠\t손흥민 골\n정치\t  \n", "row 2: empty title"),
+    ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "line 4: unknown label '과학'"),
+    ("label\ttext\n7\t손흥민 골\n", "line 2: unknown label '7'"),
+    ("label\ttext\n\n스포츠\t손흥민 골\n정치\t  \n", "line 4: empty title"),  # a blank line still counts
+    ("label\ttext\n스포츠\t손흥민\t골\n", "line 2: 3 field(s), expected 2 (label, text); a title that holds a tab"),
+    ("label\ttext\n스포츠 손흥민 골\n", "line 2: 1 field(s), expected 2 (label, text); the fields must be separated"),
+    # Quotes: a stray one, and one left open, which would otherwise swallow the lines up to the next quote.
+    ('label\ttext\n정치\t"대화 재개" 촉구\n', "line 2: bad quoting"),
+    ('label\ttext\n스포츠\t손흥민 골\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n정치\t국회 "\n', "line 3: a quote (\") opened here closes on line 5"),
+    ('label\ttext\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n', "line 2: bad quoting (unexpected end of data)"),
     ("topic\ttext\n스포츠\t손흥민 골\n", "no label column"),
     ("label\theadline\n스포츠\t손흥민 골\n", "no title column"),
     ("", "file is empty"),
@@ -103,3 +117,12 @@ def test_shared_klue_ynat_train_loads_as_it_is():
     assert len(data) == 45678
     assert data.class_counts() == {"IT과학": 5235, "경제": 6118, "사회": 5133, "생활문화": 5751,
                                    "세계": 8320, "스포츠": 7742, "정치": 7379}
+
+
+def test_a_subsample_or_fold_count_the_classes_cannot_fill_is_one_clear_error(tmp_path):
+    from conftest import make_headlines
+    data = read_labelled_file(write_tsv(tmp_path / "t.tsv", make_headlines(per_class=3)))
+    with pytest.raises(DataError, match=r"t.tsv: data.limit=5: no stratified subsample .*number of classes = 7"):
+        stratified_subsample(data, limit=5, seed=0)
+    with pytest.raises(DataError, match=r"cv.folds=5: too many folds for 7 titles"):
+        stratified_folds(stratified_subsample(data, limit=7, seed=0).labels, folds=5, seed=0)
