@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # torch first, pinned: the CPU build on this machine's disk; a looser range pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
+# the wheel index for torch alone, e.g. https://download.pytorch.org/whl/cu124 for a CUDA build
+TORCH_INDEX ?=
 SWEEP  ?= paper
 ARGS   ?=
 DIR    ?=
@@ -12,12 +14,12 @@ DIR    ?=
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: SWEEP=paper|smoke  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0"
+	@echo "  variables: SWEEP=paper|smoke  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0  TORCH_INDEX=wheel index URL"
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[dev,optuna]'
 	touch $@
 
