@@ -18,12 +18,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from klue_tc.config import DataConfig, RunConfig, job_config, validate
+from klue_tc.config import DataConfig, RunConfig, TokenizerKind, job_config, validate
 from klue_tc.data import (
     LabelledTitles, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
 )
 from klue_tc.results import ResultsStore, atomic_write_json, config_hash
-from klue_tc.tokenizers import TokenizerCache
+from klue_tc.tokenizers import TokenizerCache, kobert_model_file
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,8 @@ def run_job(cfg: DictConfig) -> float:
     if missing:
         data = load_training(run.data, run.seed)
         log.info("training data: %d titles from %s", len(data), data.source)
+        if run.tokenizer.name is TokenizerKind.kobert:
+            kobert_model_file(run.tokenizer)  # offline without a copy: fail now, not after torch loads
         # torch and lightning only now, so that a bad override or file fails before they load.
         from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold
         from klue_tc.loggers import finish_wandb, make_logger

@@ -8,6 +8,7 @@ Every encoded title is framed as [CLS] ... [SEP] and truncated to `max_length`.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -186,18 +187,25 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
 
 def kobert_model_file(cfg: TokenizerConfig) -> Path:
     """`tokenizer.model_path` when given, else KoBERT's spiece.model from the hub (cached)."""
-    if cfg.model_path:
-        path = Path(cfg.model_path).expanduser()
+    return _kobert_model_file(cfg.model_path, cfg.hub_repo)
+
+
+@functools.lru_cache(maxsize=None)  # asked for at start-up, then per fold for the key and the fit
+def _kobert_model_file(model_path: str | None, hub_repo: str) -> Path:
+    if model_path:
+        path = Path(model_path).expanduser()
         if not path.is_file():
-            raise ResourceError(f"tokenizer.model_path={cfg.model_path}: file not found")
+            raise ResourceError(f"tokenizer.model_path={model_path}: file not found")
         return path
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import snapshot_download
 
-        return Path(hf_hub_download(repo_id=cfg.hub_repo, filename="spiece.model"))
+        # snapshot_download, not hf_hub_download: offline it falls back to the cache (or fails) in
+        # under a second, where hf_hub_download retried five times with backoff (24-40 s of warnings).
+        return Path(snapshot_download(repo_id=hub_repo, allow_patterns=["spiece.model"])) / "spiece.model"
     except Exception as err:
         raise ResourceError(
-            f"could not get {cfg.hub_repo}/spiece.model from the Hugging Face hub and no cached copy exists "
+            f"could not get {hub_repo}/spiece.model from the Hugging Face hub and no cached copy exists "
             f"({type(err).__name__}); pass tokenizer.model_path=/path/to/spiece.model"
         ) from None
 

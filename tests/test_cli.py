@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
-from jobs import compose_job, run_cli
+from jobs import compose_job, run_cli, run_python
 
 
 def wandb_run_files(run_dir: Path) -> list[bytes]:
@@ -131,3 +131,23 @@ def test_wandb_that_cannot_start_falls_back_to_csv_with_one_warning(tmp_path, mo
     assert isinstance(logger, CSVLogger)
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "W&B could not start" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["data.path={bad}"], "unknown label '과학'"),
+    (["data.path={good}", "tokenizer=kobert"], "pass tokenizer.model_path="),  # offline, nothing cached
+])
+def test_a_bad_file_or_a_missing_kobert_model_fails_before_torch_and_lightning_load(tmp_path, extra, expected):
+    """Start-up errors come in seconds: the job loads the data and finds KoBERT's model before it
+    imports torch and Lightning (about 5 s of a cold start on this machine)."""
+    bad, good = tmp_path / "bad.tsv", write_tsv(tmp_path / "good.tsv", make_headlines(per_class=3))
+    bad.write_text("label\ttext\n스포츠\t손흥민 골\n과학\t반도체 호황\n", encoding="utf-8")
+    args = [a.format(bad=bad, good=good) for a in extra] + ["logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
+    probe = ("import runpy, sys\n"
+             f"sys.argv = ['klue_tc', *{args!r}]\n"
+             "try:\n    runpy.run_module('klue_tc', run_name='__main__')\n"
+             "except SystemExit as done:\n"
+             "    print('exit', done.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n")
+    done = run_python(["-c", probe], cwd=tmp_path)
+    assert expected in done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "exit 2 False False"
