@@ -32,15 +32,16 @@ def start_wandb(cfg: LoggerConfig, save_dir: Path, name: str, group: str, job_ty
         log.warning("W&B online mode asked for but no API key is set; logging offline")
         mode = "offline"
     try:
-        logger = WandbLogger(
-            project=cfg.wandb.project, entity=cfg.wandb.entity, name=name, group=group, job_type=job_type,
-            save_dir=str(save_dir), mode=mode, config=config, reinit="create_new",
-            settings=_wandb_settings(),
-        )
-        run = logger.experiment  # start now, so a failure shows here and not mid-training
+        import wandb
+
+        # The run is started here and handed to Lightning: a failure shows now, not mid-training, and
+        # WandbLogger's own wandb.init passes anonymous=None, which this wandb warns about on every run.
+        run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, name=name, group=group,
+                         job_type=job_type, dir=str(save_dir), mode=mode, config=config, reinit="create_new",
+                         settings=_wandb_settings())
         run.define_metric("val/f1", summary="max")
         run.define_metric("val/accuracy", summary="max")
-        return logger
+        return WandbLogger(experiment=run, save_dir=str(save_dir))
     except Exception as err:  # W&B is a convenience; local results are the record
         log.warning("W&B could not start (%s: %s); continuing with local CSV logs", type(err).__name__,
                     str(err).splitlines()[0] if str(err) else "")
