@@ -46,14 +46,12 @@ def main() -> None:
     parser.add_argument("--untuned", action="store_true",
                         help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline")
     args = parser.parse_args()
-    run_records = None
-    if args.run:
-        try:
-            run_records = fold_records(args.run)  # a bad run directory fails before the baseline trains
-        except KlueTcError as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
-    data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
+    try:  # a bad run directory or file fails before the baseline trains
+        run_records = fold_records(args.run) if args.run else None
+        data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
+    except KlueTcError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
     model = baseline_pipeline(untuned=args.untuned)
     model.fit([data.texts[i] for i in train_idx], data.labels[train_idx])
