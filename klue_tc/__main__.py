@@ -1,5 +1,7 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,7 +26,17 @@ def main(cfg: DictConfig) -> float:
             raise  # a failed job (or Optuna trial), not the end of the whole sweep
         # Bad input or config: one line and exit 2, without Hydra's "Error executing job" line.
         print(f"error: {err}", file=sys.stderr, flush=True)
+        remove_rejected_run_dir()
         sys.exit(cli_errors.USER_ERROR_EXIT)
+
+
+def remove_rejected_run_dir() -> None:
+    """A start rejected before anything trained leaves no run folder behind. Hydra made it before
+    the job began; only its own files and the job's config.yaml are in it then, else it stays."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if {p.name for p in run_dir.iterdir()} <= {".hydra", f"{hydra_cfg.job.name}.log", "config.yaml"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
