@@ -47,6 +47,15 @@ class FoldMonitor(L.Callback):
             self.best_f1, self.best_epoch = f1, trainer.current_epoch
             self.best_accuracy = float(trainer.callback_metrics["val/accuracy"])
 
+    def state_dict(self) -> dict:
+        # Saved in the fold's resumable checkpoint: the best epoch so far and the timed steps. The
+        # warm-up skip and the time to first step belong to each process, so they start afresh.
+        return {"best_f1": self.best_f1, "best_accuracy": self.best_accuracy, "best_epoch": self.best_epoch,
+                "step_seconds": self.step_seconds, "step_samples": self.step_samples}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
+
     @property
     def samples_per_s(self) -> float:
         return self.step_samples / self.step_seconds if self.step_seconds else float("nan")

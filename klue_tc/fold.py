@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,15 +94,33 @@ def make_trainer(cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], c
     )
 
 
-def keep_weights_only(path: Path) -> None:
-    """Shrink a full checkpoint to what loading the model needs (the EMA's full checkpoints also
-    hold the optimiser state and the un-averaged weights: 4x the size, over hundreds of jobs)."""
-    full = torch.load(path, map_location="cpu", weights_only=False)
+def save_weights_only(source: Path, target: Path) -> None:
+    """Write to `target` what loading the model needs from the checkpoint `source` (the EMA's full
+    checkpoints also hold the optimiser state and the un-averaged weights: 4x the size, over
+    hundreds of jobs)."""
+    full = torch.load(source, map_location="cpu", weights_only=False)
     slim = {k: full[k] for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version", "epoch",
                                  "global_step") if k in full}
-    tmp = path.with_suffix(".tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
     torch.save(slim, tmp)
-    tmp.replace(path)
+    tmp.replace(target)
+
+
+def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
+    """The latest finished epoch's checkpoint of this fold's interrupted training, if it left a
+    readable one and resuming is on; otherwise the fold starts from a clean state folder."""
+    last = state_dir / "last.ckpt"
+    if resume and last.is_file():
+        try:
+            epoch = torch.load(last, map_location="cpu", weights_only=False)["epoch"]
+            log.info("fold %d: resuming after epoch %d, from %s", fold, epoch + 1, last)
+            return last
+        except Exception as err:  # killed while it was written
+            log.warning("fold %d: %s is unreadable (%s); training the fold from the start", fold, last,
+                        type(err).__name__)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return None
 
 
 class EpochLine(L.Callback):
@@ -118,7 +137,9 @@ class EpochLine(L.Callback):
 
 
 def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path,
-               logger: Optional[Logger], job_start: float) -> dict:
+               logger: Optional[Logger], job_start: float, state_dir: Path) -> dict:
+    """Train one fold. Its training state is checkpointed into `state_dir` after every epoch, and
+    an interrupted fold resumes there; the best weights end up in `fold_dir`."""
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
         prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
@@ -128,16 +149,23 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
     monitor = FoldMonitor(job_start)
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
-    # Weights-only checkpoints skip the callbacks' save hooks, so with an EMA the checkpoint is a
-    # full one (its state_dict then holds the averaged weights that were validated), slimmed after fit.
-    checkpoint = ModelCheckpoint(dirpath=str(fold_dir), filename="best", monitor="val/f1", mode="max",
-                                 save_top_k=1, save_weights_only=not averaging, enable_version_counter=False)
+    resume_from = resume_point(fold, state_dir, run.results.resume)
+    # Weights-only checkpoints skip the callbacks' save hooks, so with an EMA the best checkpoint is
+    # a full one (its state_dict then holds the averaged weights that were validated), slimmed after fit.
+    best = ModelCheckpoint(dirpath=str(state_dir), filename="best", monitor="val/f1", mode="max",
+                           save_top_k=1, save_weights_only=not averaging, enable_version_counter=False)
+    # Written when the epoch has ended (after its validation), so a resumed fold starts the next one.
+    latest = ModelCheckpoint(dirpath=str(state_dir), filename="last", save_on_train_epoch_end=True,
+                             enable_version_counter=False)
     early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
-    trainer = make_trainer(run.trainer, fold_dir, logger, [*averaging, monitor, checkpoint, early_stop, EpochLine(fold)],
+    trainer = make_trainer(run.trainer, fold_dir, logger,
+                           [*averaging, monitor, best, latest, early_stop, EpochLine(fold)],
                            reload_train_data=prepared.train.resample is not None)
-    trainer.fit(module, datamodule=datamodule)
-    if averaging and checkpoint.best_model_path:
-        keep_weights_only(Path(checkpoint.best_model_path))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    checkpoint = None
+    if best.best_model_path:
+        checkpoint = fold_dir / "best.ckpt"
+        save_weights_only(Path(best.best_model_path), checkpoint)
     tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
     return {
         "fold": fold,
@@ -149,6 +177,6 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
         "time_to_first_step_s": monitor.time_to_first_step,
         "train_size": len(prepared.train.encoded),
         "val_size": len(prepared.val.encoded),
-        "checkpoint": str(Path(checkpoint.best_model_path).resolve()) if checkpoint.best_model_path else None,
+        "checkpoint": str(checkpoint.resolve()) if checkpoint else None,
         "tokenizer_dir": str(tokenizer_dir.resolve()),
     }

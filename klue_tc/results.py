@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -75,6 +76,15 @@ class ResultsStore:
 
     def put(self, key: str, fold: int, record: dict) -> None:
         atomic_write_json(self._path(key, fold), record)
+
+    def training_state_dir(self, key: str, fold: int) -> Path:
+        """Where a fold keeps its training state while it trains (the latest epoch's full checkpoint
+        and the best one), so that an interrupted fold resumes from its last finished epoch."""
+        return self.root / key / f"fold{fold}.training"
+
+    def discard_training_state(self, key: str, fold: int) -> None:
+        """Called once the fold's record is written: the record and the run folder hold what is kept."""
+        shutil.rmtree(self.training_state_dir(key, fold), ignore_errors=True)
 
     def records(self) -> list[dict]:
         return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.root.glob("*/fold*.json"))]

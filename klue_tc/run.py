@@ -138,12 +138,14 @@ def run_job(cfg: DictConfig) -> float:
             last_logger = make_logger(run.logger, run_dir, f"{run.experiment}-{key}-fold{k}", group, f"fold{k}",
                                       {**resolved, "config_hash": key, "fold": k})
             try:
-                record = train_fold(run, k, prepared, run_dir / f"fold{k}", last_logger, job_start)
+                record = train_fold(run, k, prepared, run_dir / f"fold{k}", last_logger, job_start,
+                                    store.training_state_dir(key, k))
             except BaseException:
                 finish_wandb(last_logger)
                 raise
             record.update(describe(run), config_hash=key, data_source=data.source)
             store.put(key, k, record)
+            store.discard_training_state(key, k)
             records[k] = record
             job_start = time.perf_counter()  # the next fold's time to first step starts here
 

@@ -72,14 +72,15 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     from klue_tc import fold
     from klue_tc.module import TopicClassifierModule
 
-    slim = fold.keep_weights_only
+    slim = fold.save_weights_only
 
-    def keep_the_raw_weights_aside(path):  # the un-averaged weights, before slimming drops them
-        torch.save(torch.load(path, map_location="cpu", weights_only=False)["current_model_state"],
-                   path.parent / "raw.pt")
-        slim(path)
+    def keep_the_raw_weights_aside(source, target):  # the un-averaged weights, before slimming drops them
+        target.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(torch.load(source, map_location="cpu", weights_only=False)["current_model_state"],
+                   target.parent / "raw.pt")
+        slim(source, target)
 
-    monkeypatch.setattr(fold, "keep_weights_only", keep_the_raw_weights_aside)
+    monkeypatch.setattr(fold, "save_weights_only", keep_the_raw_weights_aside)
     run_dir = tmp_path / "run"
     run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
                              "cv.fold=0", "trainer.max_epochs=2", "optim.ema_decay=0.9"), run_dir)
@@ -154,3 +155,35 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     assert module.mlm_head is not None  # trained with the auxiliary loss, and saved with it
     probs = torch.softmax(module(torch.tensor([[2, 7, 8, 9, 3]])), -1)
     assert probs.shape == (1, 7) and torch.allclose(probs.sum(), torch.tensor(1.0))
+
+
+def test_an_interrupted_fold_resumes_after_its_last_finished_epoch(tmp_path, tiny_tsv, monkeypatch):
+    from klue_tc import fold
+
+    args = overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2", "cv.fold=0",
+                     "trainer.max_epochs=3", "trainer.early_stopping_patience=5")
+    epochs_trained, killed = [], []
+    real_epoch_line = fold.EpochLine.on_validation_end
+
+    def count_epochs(self, trainer, pl_module):
+        real_epoch_line(self, trainer, pl_module)
+        epochs_trained.append(trainer.current_epoch)
+
+    def killed_after_two_epochs(self, trainer, pl_module):  # as epoch 3 starts: epoch 2 is checkpointed
+        if trainer.current_epoch == 2 and not killed:
+            killed.append(True)
+            raise KeyboardInterrupt  # as Ctrl-C would; a SLURM time limit or kill -9 stops it harder
+
+    monkeypatch.setattr(fold.EpochLine, "on_validation_end", count_epochs)
+    monkeypatch.setattr(fold.EpochLine, "on_train_epoch_start", killed_after_two_epochs, raising=False)
+    with pytest.raises(BaseException):
+        run_in_process(args, tmp_path / "first")
+    state = next((tmp_path / "results").glob("*/fold0.training"))
+    assert (state / "last.ckpt").is_file() and not list((tmp_path / "results").glob("*/fold0.json"))
+
+    run_in_process(args, tmp_path / "second")
+    assert epochs_trained == [0, 1, 2]  # the second run trained (and validated) epoch 3 only
+    fold0 = json.loads((tmp_path / "second" / "metrics.json").read_text())["folds"][0]
+    assert fold0["epochs_run"] == 3 and 0 <= fold0["best_epoch"] <= 2
+    assert (tmp_path / "second" / "fold0" / "best.ckpt").is_file()
+    assert not state.exists()  # the record is written: the training state is gone

@@ -1,6 +1,7 @@
 """The worker: one measured training in a fresh process (`python -m klue_tc.bench --worker SPEC`)."""
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -114,7 +115,10 @@ def run_worker(spec: dict) -> dict:
         cfg, fold_dir, logger, [*callbacks, timer], **kwargs)
     if spec.get("barrier"):
         _barrier(Path(spec["barrier"]["dir"]), spec["barrier"]["count"], spec["barrier"]["name"])
-    record = fold_module.train_fold(run, 0, prepared, Path(spec["work_dir"]), None, job_start)
+    # A state folder of its own: a repeated round must train afresh, not resume the previous one.
+    Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
+    state_dir = Path(tempfile.mkdtemp(dir=spec["work_dir"], prefix="training-state-"))
+    record = fold_module.train_fold(run, 0, prepared, Path(spec["work_dir"]), None, job_start, state_dir)
     lengths = prepared.train.encoded.lengths
     import resource
 
