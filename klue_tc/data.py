@@ -1,7 +1,7 @@
 """Read and validate labelled KLUE YNAT titles (local files or the Hugging Face hub); folds.
 
 Every problem with an input file is reported as one `DataError` line naming the file and the
-row or column; nothing is silently dropped.
+line (record, for a JSON list) or column; nothing is silently dropped or altered.
 """
 from __future__ import annotations
 

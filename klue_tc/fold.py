@@ -112,7 +112,7 @@ def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
     readable one and resuming is on; otherwise the fold starts from a clean state folder."""
     last = state_dir / "last.ckpt"
     if resume and last.is_file():
-        try:
+        try:  # read whole: the one way to know that a kill did not cut the file short
             epoch = torch.load(last, map_location="cpu", weights_only=False)["epoch"]
             log.info("fold %d: resuming after epoch %d, from %s", fold, epoch + 1, last)
             return last
