@@ -187,3 +187,17 @@ def test_an_interrupted_fold_resumes_after_its_last_finished_epoch(tmp_path, tin
     assert fold0["epochs_run"] == 3 and 0 <= fold0["best_epoch"] <= 2
     assert (tmp_path / "second" / "fold0" / "best.ckpt").is_file()
     assert not state.exists()  # the record is written: the training state is gone
+
+
+def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
+    from klue_tc.fold import resume_point
+
+    state = tmp_path / "fold0.training"
+    state.mkdir()
+    (state / "last.ckpt").write_bytes(b"PK\x03\x04 cut short")
+    (state / "best.ckpt").write_bytes(b"stale")
+    assert resume_point(0, state, resume=True) is None
+    assert not state.exists() and "unreadable" in caplog.text
+    state.mkdir()
+    (state / "last.ckpt").write_bytes(b"")
+    assert resume_point(0, state, resume=False) is None and not state.exists()  # results.resume=false
