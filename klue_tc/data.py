@@ -100,8 +100,25 @@ def _parse_delimited(path: Path, text: str, sep: str) -> tuple[pd.DataFrame, lis
     quotes its one title that ends in a tab). Strict, so that a stray quote is an error naming
     its line instead of a title with its quotes silently removed (pandas' reader does that)."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    try:
+        records = list(reader)
+    except csv.Error:
+        records = None
+    # The usual file: every record on one line (blank lines are empty records) and all as wide as
+    # the header. Anything else is read again, line by line, to name the line at fault.
+    if records is None or reader.line_num != len(records) or any(len(r) != len(records[0]) for r in records if r):
+        _raise_first_problem(path, text, sep)
+    header = records[0]
+    rows = [r for r in records[1:] if r]
+    locations = [f"line {number}" for number, r in enumerate(records[1:], start=2) if r]
+    return pd.DataFrame(rows, columns=header, dtype=str), locations
+
+
+def _raise_first_problem(path: Path, text: str, sep: str) -> None:
+    """The error for the first record of a delimited file that is not one line of the header's width."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
     separator_name = "tab" if sep == "\t" else "comma"
-    rows, locations, last_line = [], [], 0
+    last_line = 0
     try:
         header = next(reader)
         last_line = reader.line_num
@@ -117,13 +134,11 @@ def _parse_delimited(path: Path, text: str, sep: str) -> tuple[pd.DataFrame, lis
                         else f"the fields must be separated by a {separator_name}")
                 raise DataError(f"{path}: line {last_line}: {len(row)} field(s), expected {len(header)} "
                                 f"({', '.join(header)}); {hint}")
-            rows.append(row)
-            locations.append(f"line {first_line}")
     except csv.Error as err:
         reason = str(err).replace("\t", "tab")  # "'\t' expected after '\"'" printed a raw tab
         raise DataError(f"{path}: line {last_line + 1}: bad quoting ({reason}); a title with a quote (\") in it "
                         "must be quoted, its quotes doubled") from None
-    return pd.DataFrame(rows, columns=header, dtype=str), locations
+    raise AssertionError(f"{path}: no problem found on the second reading")  # unreachable: a bug if seen
 
 
 def from_frame(frame: pd.DataFrame, source: str, locations: list[str] | None = None) -> LabelledTitles:
