@@ -157,7 +157,12 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     assert probs.shape == (1, 7) and torch.allclose(probs.sum(), torch.tensor(1.0))
 
 
-def test_an_interrupted_fold_resumes_after_its_last_finished_epoch(tmp_path, tiny_tsv, monkeypatch):
+@pytest.mark.parametrize("every_s, second_run_epochs", [
+    (0.0, [2]),          # state written after every epoch: the second run trains epoch 3 only
+    (3600.0, [0, 1, 2]),  # no epoch was an hour after the last write: nothing to resume, all again
+])
+def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny_tsv, monkeypatch, every_s,
+                                                                  second_run_epochs):
     from klue_tc import fold
 
     args = overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2", "cv.fold=0",
@@ -174,15 +179,17 @@ def test_an_interrupted_fold_resumes_after_its_last_finished_epoch(tmp_path, tin
             killed.append(True)
             raise KeyboardInterrupt  # as Ctrl-C would; a SLURM time limit or kill -9 stops it harder
 
+    monkeypatch.setattr(fold, "RESUME_CHECKPOINT_EVERY_S", every_s)
     monkeypatch.setattr(fold.EpochLine, "on_validation_end", count_epochs)
     monkeypatch.setattr(fold.EpochLine, "on_train_epoch_start", killed_after_two_epochs, raising=False)
     with pytest.raises(BaseException):
         run_in_process(args, tmp_path / "first")
     state = next((tmp_path / "results").glob("*/fold0.training"))
-    assert (state / "last.ckpt").is_file() and not list((tmp_path / "results").glob("*/fold0.json"))
+    assert (state / "last.ckpt").is_file() == (every_s == 0)
+    assert not list((tmp_path / "results").glob("*/fold0.json"))
 
     run_in_process(args, tmp_path / "second")
-    assert epochs_trained == [0, 1, 2]  # the second run trained (and validated) epoch 3 only
+    assert epochs_trained == [0, 1, *second_run_epochs]
     fold0 = json.loads((tmp_path / "second" / "metrics.json").read_text())["folds"][0]
     assert fold0["epochs_run"] == 3 and 0 <= fold0["best_epoch"] <= 2
     assert (tmp_path / "second" / "fold0" / "best.ckpt").is_file()
