@@ -160,8 +160,8 @@ class EpochLine(L.Callback):
 
 def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path,
                logger: Optional[Logger], job_start: float, state_dir: Path) -> dict:
-    """Train one fold. Its training state is checkpointed into `state_dir` after every epoch, and
-    an interrupted fold resumes there; the best weights end up in `fold_dir`."""
+    """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
+    once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`."""
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
         prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment)
