@@ -61,6 +61,22 @@ class FoldMonitor(L.Callback):
         return self.step_samples / self.step_seconds if self.step_seconds else float("nan")
 
 
+class RandomState(L.Callback):
+    """torch's random generators in the fold's resumable checkpoint, restored on resume, so that a
+    resumed fold draws the masks and dropout an uninterrupted one would have drawn. (Training
+    draws nothing from numpy's or Python's global generators: the sampler has its own, seeded by
+    epoch. Tensors only, so the checkpoint still loads with torch.load's weights_only.)"""
+
+    def state_dict(self) -> dict:
+        return {"cpu": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        torch.set_rng_state(state_dict["cpu"])
+        if state_dict["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
 def ema_with_warmup(decay: float):
     """An AveragedModel update whose decay ramps up as (1 + n) / (10 + n) towards `decay`
     (TensorFlow's ExponentialMovingAverage with num_updates): early on, and in a 20-step smoke

@@ -56,9 +56,16 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Lightning calls this before every epoch, so a resumed fold shuffles its next epoch as an
+        uninterrupted one would (counting iterations alone would start again at the first order)."""
+        self.epoch = epoch
+
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the order is drawn at the first batch, after set_epoch (Lightning creates
+        # the first epoch's iterator of a fit, and so of a resumed one, before it sets the epoch).
         rng = np.random.default_rng(self.seed + self.epoch)
-        self.epoch += 1
+        self.epoch += 1  # the next order without set_epoch, outside Lightning
         order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         if self.bucketing:
             if self.shuffle:
@@ -69,7 +76,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
         if self.shuffle and self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        return iter(batches)
+        yield from batches
 
 
 @dataclass
@@ -106,10 +113,10 @@ class FoldDataModule(L.LightningDataModule):
         if self.train.resample is None:
             return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
-        # sampled segmentation, and a fresh sampler whose shuffle must differ by epoch.
+        # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         split = EncodedSplit(self.train.resample(epoch), self.train.labels)
-        return make_loader(split, self.cfg, self.pad_id, train=True, seed=self.seed + epoch,
+        return make_loader(split, self.cfg, self.pad_id, train=True, seed=self.seed,
                            pad_to=int(split.encoded.lengths.max()))
 
     def val_dataloader(self) -> DataLoader:

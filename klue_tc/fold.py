@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
-from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor
+from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
 from klue_tc.config import GPU_ACCELERATORS, RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
@@ -179,7 +179,7 @@ def train_fold(run: RunConfig, fold: int, prepared: PreparedFold, fold_dir: Path
     latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S)
     early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
     trainer = make_trainer(run.trainer, fold_dir, logger,
-                           [*averaging, monitor, best, latest, early_stop, EpochLine(fold)],
+                           [*averaging, monitor, RandomState(), best, latest, early_stop, EpochLine(fold)],
                            reload_train_data=prepared.train.resample is not None)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     checkpoint = None

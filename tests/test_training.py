@@ -165,14 +165,17 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
                                                                   second_run_epochs):
     from klue_tc import fold
 
+    # Masking and dropout on: a resumed fold must also draw the random numbers an uninterrupted one does.
     args = overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2", "cv.fold=0",
-                     "trainer.max_epochs=3", "trainer.early_stopping_patience=5")
-    epochs_trained, killed = [], []
+                     "trainer.max_epochs=3", "trainer.early_stopping_patience=5", "augment.p=0.3", "augment.min_len=1",
+                     "encoder.dropout=0.3")
+    epochs_trained, killed, val_losses = [], [], []
     real_epoch_line = fold.EpochLine.on_validation_end
 
     def count_epochs(self, trainer, pl_module):
         real_epoch_line(self, trainer, pl_module)
         epochs_trained.append(trainer.current_epoch)
+        val_losses.append(float(trainer.callback_metrics["val/loss"]))
 
     def killed_after_two_epochs(self, trainer, pl_module):  # as epoch 3 starts: epoch 2 is checkpointed
         if trainer.current_epoch == 2 and not killed:
@@ -194,6 +197,16 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
     assert fold0["epochs_run"] == 3 and 0 <= fold0["best_epoch"] <= 2
     assert (tmp_path / "second" / "fold0" / "best.ckpt").is_file()
     assert not state.exists()  # the record is written: the training state is gone
+
+    # Resumed or not, the fold ends where an uninterrupted one does: the same shuffles, masks,
+    # dropout and EMA (random generators and sampler epoch restored with the weights), so the
+    # same validation loss after the last epoch, to the last bit.
+    resumed_last_loss = val_losses[-1]
+    run_in_process([*args, f"results.dir={tmp_path / 'straight'}"], tmp_path / "straight")
+    straight = json.loads((tmp_path / "straight" / "metrics.json").read_text())["folds"][0]
+    assert val_losses[-1] == resumed_last_loss and epochs_trained[-3:] == [0, 1, 2]
+    assert (fold0["f1"], fold0["accuracy"], fold0["best_epoch"]) == (straight["f1"], straight["accuracy"],
+                                                                      straight["best_epoch"])
 
 
 def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
