@@ -1,6 +1,5 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
 import shutil
-import sys
 from pathlib import Path
 
 import hydra
@@ -10,6 +9,7 @@ from omegaconf import DictConfig
 
 from klue_tc import cli_errors
 from klue_tc.config import register_schemas
+from klue_tc.errors import exit_with
 
 register_schemas()
 cli_errors.install()
@@ -25,9 +25,8 @@ def main(cfg: DictConfig) -> float:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a failed job (or Optuna trial), not the end of the whole sweep
         # Bad input or config: one line and exit 2, without Hydra's "Error executing job" line.
-        print(f"error: {err}", file=sys.stderr, flush=True)
         remove_rejected_run_dir()
-        sys.exit(cli_errors.USER_ERROR_EXIT)
+        exit_with(err)
 
 
 def remove_rejected_run_dir() -> None:

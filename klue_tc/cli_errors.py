@@ -14,9 +14,7 @@ from hydra._internal import utils as hydra_utils
 from hydra.errors import CompactHydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
-from klue_tc.errors import KlueTcError
-
-USER_ERROR_EXIT = 2
+from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
 
 
 def one_line(err: BaseException) -> str | None:

@@ -1,4 +1,10 @@
 """User-facing errors: each is reported as one line and a non-zero exit, never a traceback."""
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+USER_ERROR_EXIT = 2  # a bad input or override; a bug keeps Python's 1 and its traceback
 
 
 class KlueTcError(Exception):
@@ -15,3 +21,9 @@ class ConfigError(KlueTcError):
 
 class ResourceError(KlueTcError):
     """A model or dataset is neither available locally nor downloadable."""
+
+
+def exit_with(err: KlueTcError) -> NoReturn:
+    """End the process on a user error: its one line on stderr, exit status USER_ERROR_EXIT."""
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    raise SystemExit(USER_ERROR_EXIT)

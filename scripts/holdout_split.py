@@ -4,13 +4,12 @@ full-training comparison does (train90.tsv / heldout10.tsv, seed 7).
     python scripts/holdout_split.py TRAIN.tsv OUT_DIR [--held-out 0.1 --seed 7]
 """
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from klue_tc.data import LABEL_NAMES, read_labelled_file, stratified_holdout
-from klue_tc.errors import KlueTcError
+from klue_tc.errors import KlueTcError, exit_with
 
 
 def main() -> None:
@@ -23,8 +22,7 @@ def main() -> None:
     try:
         data = read_labelled_file(args.train)
     except KlueTcError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_with(err)
     frame = pd.DataFrame({"label": [LABEL_NAMES[i] for i in data.labels], "text": data.texts})
     kept, held = (frame.iloc[part] for part in stratified_holdout(data.labels, args.held_out, args.seed))
     args.out_dir.mkdir(parents=True, exist_ok=True)

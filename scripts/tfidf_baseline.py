@@ -10,7 +10,6 @@ few thousand titles one model's F1 moves by about half a point from sampling alo
 titles split by which model is right.
 """
 import argparse
-import sys
 
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import f1_score
@@ -18,7 +17,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
 from klue_tc.data import read_labelled_file, stratified_folds
-from klue_tc.errors import KlueTcError
+from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.evaluate import agreement_shares, paired_bootstrap_f1_difference
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
@@ -50,8 +49,7 @@ def main() -> None:
         run_records = fold_records(args.run) if args.run else None
         data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
     except KlueTcError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_with(err)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
     model = baseline_pipeline(untuned=args.untuned)
     model.fit([data.texts[i] for i in train_idx], data.labels[train_idx])
