@@ -36,6 +36,19 @@ def remove_rejected_run_dir() -> None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if {p.name for p in run_dir.iterdir()} <= {".hydra", f"{hydra_cfg.job.name}.log", "config.yaml"}:
         shutil.rmtree(run_dir, ignore_errors=True)
+        remove_empty_parents(run_dir.parent, below=Path.cwd())
+
+
+def remove_empty_parents(folder: Path, below: Path) -> None:
+    """Remove `folder` and its parents while they are empty (outputs/runs/<experiment>/ when the
+    rejected run was the first of its experiment), stopping at `below`, which stays."""
+    folder, below = folder.resolve(), below.resolve()
+    while folder != below and below in folder.parents:
+        try:
+            folder.rmdir()  # only an empty folder goes
+        except OSError:
+            return
+        folder = folder.parent
 
 
 if __name__ == "__main__":

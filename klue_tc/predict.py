@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from klue_tc.data import LABEL_NAMES
-from klue_tc.errors import KlueTcError, ResourceError
+from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         predictions = predict_titles(args.run_dir, titles, args.batch_size)
     except (KlueTcError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT
     if args.json:
         for title, (label, prob) in zip(titles, predictions):
             print(json.dumps({"title": title, "label": label, "probability": prob}, ensure_ascii=False))

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional
 
 import pandas as pd
 
-from klue_tc.errors import KlueTcError
+from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                      group=args.directory.resolve().name)
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT
     print(f"wrote {args.directory / 'report.md'}, report.csv and f1_by_layers.png")
     return 0
 

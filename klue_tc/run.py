@@ -6,7 +6,6 @@ skip them without reading data; each newly trained fold is stored atomically as 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import math
 import time
@@ -21,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import DataConfig, RunConfig, TokenizerKind, job_config, validate
 from klue_tc.data import (
-    LabelledTitles, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
+    LabelledTitles, load_hub_split, load_splitters, read_labelled_file, stratified_folds, stratified_subsample,
 )
 from klue_tc.results import ResultsStore, atomic_write_json, config_hash
 from klue_tc.tokenizers import TokenizerCache, kobert_model_file
@@ -126,7 +125,7 @@ def run_job(cfg: DictConfig) -> float:
             kobert_model_file(run.tokenizer)  # offline without a copy: fail now, not after torch loads
         # torch and lightning only now, so that a bad override or file fails before they load.
         imports_start = time.perf_counter()
-        importlib.import_module("sklearn.model_selection")  # the folds' splitter: timed as an import too
+        load_splitters()  # scikit-learn: timed as an import too
         from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold
         from klue_tc.loggers import finish_wandb, make_logger
 

@@ -64,6 +64,13 @@ def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
         "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치"]
     assert not (tmp_path / "run").exists()  # a rejected start leaves no run folder
 
+    # In the default place (outputs/runs/<experiment>/<time>) it leaves no empty parents either,
+    # and a folder that holds something else stays.
+    (tmp_path / "outputs" / "results").mkdir(parents=True)
+    done = run_cli([f"data.path={bad}", "logger=none"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["results"]
+
 
 @pytest.mark.parametrize("override, expected", [
     ("encoder=lstm", "error: unknown choice encoder=lstm; valid choices: cnn, trans_blstm, trans_blstm_parallel, transformer"),
