@@ -246,7 +246,7 @@ def _check_ranges(run: RunConfig) -> None:
         _at_least("encoder.conv_kernel", enc.conv_kernel, 1),
         _share("encoder.dropout", enc.dropout),
         _share("encoder.attention_dropout", enc.attention_dropout),
-        _one_of("encoder.positions", enc.positions, ("sinusoidal", "scaled_sinusoidal", "learned")),
+        _one_of("encoder.positions", enc.positions, ("sinusoidal", "scaled_sinusoidal", "learned", "alibi")),
         _at_least("head.hidden", run.head.hidden, 1),
         _share("head.dropout", run.head.dropout),
         _at_least("cv.folds", run.cv.folds, 2),

@@ -54,6 +54,26 @@ def test_appending_pads_changes_no_real_token_output(kind, ln):
     assert torch.allclose(short[real], long[:, : ids.size(1)][real], atol=1e-5)
 
 
+def test_alibi_positions_come_from_attention_and_ignore_pads():
+    """With `positions=alibi` the embeddings carry no position: order reaches the model only through
+    the distance bias, so swapping two tokens changes [CLS]'s state (without any positions a
+    Transformer's [CLS] would not see the order), and appended pads still change nothing."""
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions="alibi", zero_init_residual=False), PAD).eval()
+    ids = batch_of_titles()
+    padded = torch.cat([ids, torch.full((len(ids), 7), PAD)], dim=1)
+    swapped = ids.clone()
+    swapped[:, [1, 2]] = ids[:, [2, 1]]  # rows are at least 3 long: [CLS] a b ...
+    with torch.no_grad():
+        assert torch.equal(encoder.embeddings(swapped)[:, 1], encoder.embeddings(ids)[:, 2])  # no positions added
+        states = encoder(ids, ids.eq(PAD))
+        assert torch.allclose(states[ids.ne(PAD)], encoder(padded, padded.eq(PAD))[:, : ids.size(1)][ids.ne(PAD)], atol=1e-5)
+        assert not torch.allclose(states[:, 0], encoder(swapped, swapped.eq(PAD))[:, 0], atol=1e-4)
+    attention = encoder.blocks[0].sublayers[0].sublayer
+    assert torch.allclose(attention.distance_bias(3, torch.float32)[0],
+                          -attention.slopes[0] * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]))
+
+
 @pytest.mark.parametrize("head", list(HeadKind))
 def test_heads_ignore_pads(head):
     torch.manual_seed(0)

@@ -20,25 +20,41 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 _CPU_ATTENTION = [SDPBackend.MATH]
 
 
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022): a geometric series from 2^(-8/heads) to 2^-8."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)])
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention through torch's fused `scaled_dot_product_attention`.
 
-    `dropout` acts on the attention probabilities; the original study had none (0.0)."""
+    `dropout` acts on the attention probabilities; the original study had none (0.0). With
+    `alibi`, each head's scores are lowered in proportion to the distance between query and key
+    (|i - j|, both directions: an encoder), its slope fixed per head, in place of positions added to
+    the embeddings. The bias between two real tokens does not depend on the title's length, so
+    appended pads still change nothing."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False):
         super().__init__()
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
+        self.register_buffer("slopes", alibi_slopes(heads)[:, None, None] if alibi else None, persistent=False)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
+        mask = keep if self.slopes is None else self.distance_bias(length, q.dtype).masked_fill(~keep, float("-inf"))
         with sdpa_kernel(_CPU_ATTENTION) if x.is_cpu else nullcontext():  # on a GPU torch picks the kernel
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
+
+    def distance_bias(self, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """(heads, L, L): -slope * |i - j|."""
+        positions = torch.arange(length, device=self.slopes.device)
+        return (-self.slopes * (positions[None, :] - positions[:, None]).abs()).to(dtype)
 
     def output_layers(self) -> list[nn.Linear]:
         return [self.out]

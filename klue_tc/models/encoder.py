@@ -24,9 +24,10 @@ class Embeddings(nn.Module):
     """Token embedding scaled by sqrt(d) plus positions, then dropout.
 
     Positions: `sinusoidal` (fixed table, as in the original), `scaled_sinusoidal` (the same table
-    times a learned gain that starts at d^-0.5, as in Hua et al. 2022) or `learned`. With the
-    fixed table at full strength every token looks different at every position, and a
-    from-scratch model needs many more steps before it learns anything (measured in the README).
+    times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or `alibi`
+    (none here: attention biases its scores by distance instead). With the fixed table at full
+    strength every token looks different at every position, and a from-scratch model needs many
+    more steps before it learns anything (measured in the README).
     """
 
     def __init__(self, vocab_size: int, cfg: EncoderConfig, pad_id: int):
@@ -41,10 +42,13 @@ class Embeddings(nn.Module):
         gain = cfg.d_model ** -0.5 if cfg.positions == "scaled_sinusoidal" else 1.0
         self.position_gain = nn.Parameter(torch.tensor(gain), requires_grad=cfg.positions == "scaled_sinusoidal")
         self.drop = nn.Dropout(cfg.dropout)
+        self.add_positions = cfg.positions != "alibi"
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = self.positions[: input_ids.size(1)] * self.position_gain
-        return self.drop(self.tokens(input_ids) * self.scale + positions)
+        x = self.tokens(input_ids) * self.scale
+        if self.add_positions:
+            x = x + self.positions[: input_ids.size(1)] * self.position_gain
+        return self.drop(x)
 
 
 def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
@@ -65,7 +69,8 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
-        sublayers = [SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout), *position_wise_sublayer(cfg)]
+        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=cfg.positions == "alibi")
+        sublayers = [attention, *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
