@@ -120,6 +120,16 @@ def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
     assert config_hash(other_fold, "data") in keys
 
 
+def test_full_training_sweep_is_the_five_experiments_on_the_regularized_recipe():
+    jobs = sweep_jobs("full")
+    runs = [validate(compose_sweep("full", job)) for job in jobs]
+    assert [r.experiment for r in runs] == ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
+    assert {(r.trainer.max_epochs, r.cv.fold, r.augment.p, r.optim.rdrop_alpha, r.optim.regularize_from_epoch)
+            for r in runs} == {(10, 0, 0.4, 0.5, 1)}
+    assert [r.encoder.ln.value for r in runs] == ["post", "pre", "post", "post", "post"]
+    assert [r.head.name.value for r in runs] == ["cls", "cls", "blstm", "blstm", "cls"]
+
+
 def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
     jobs = sweep_jobs("smoke")
     assert len(jobs) == SMOKE_JOBS
