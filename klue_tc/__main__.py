@@ -43,7 +43,7 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
     """Remove `folder` and its parents while they are empty (outputs/runs/<experiment>/ when the
     rejected run was the first of its experiment), stopping at `below`, which stays."""
     folder, below = folder.resolve(), below.resolve()
-    while folder != below and below in folder.parents:
+    while below in folder.parents:  # strictly below: `below` itself is never removed
         try:
             folder.rmdir()  # only an empty folder goes
         except OSError:
