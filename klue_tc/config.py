@@ -34,6 +34,13 @@ class LayerNormPlacement(_Choice):
     pre = "pre"
 
 
+class PositionKind(_Choice):
+    sinusoidal = "sinusoidal"  # the original's fixed table
+    scaled_sinusoidal = "scaled_sinusoidal"  # the table times a learned gain
+    learned = "learned"
+    alibi = "alibi"  # none added: attention scores biased by distance
+
+
 class HeadKind(_Choice):
     cls = "cls"
     blstm = "blstm"
@@ -94,7 +101,7 @@ class EncoderConfig:
     conv_kernel: int = 3
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    positions: str = "scaled_sinusoidal"
+    positions: PositionKind = PositionKind.scaled_sinusoidal
     max_positions: int = 512
     zero_init_residual: bool = True
 
@@ -246,7 +253,6 @@ def _check_ranges(run: RunConfig) -> None:
         _at_least("encoder.conv_kernel", enc.conv_kernel, 1),
         _share("encoder.dropout", enc.dropout),
         _share("encoder.attention_dropout", enc.attention_dropout),
-        _one_of("encoder.positions", enc.positions, ("sinusoidal", "scaled_sinusoidal", "learned", "alibi")),
         _at_least("head.hidden", run.head.hidden, 1),
         _share("head.dropout", run.head.dropout),
         _at_least("cv.folds", run.cv.folds, 2),

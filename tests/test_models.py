@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement
+from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement, PositionKind
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
 from klue_tc.module import MLM_ROW_BUCKET, lr_lambda, mask_tokens
@@ -59,7 +59,7 @@ def test_alibi_positions_come_from_attention_and_ignore_pads():
     the distance bias, so swapping two tokens changes [CLS]'s state (without any positions a
     Transformer's [CLS] would not see the order), and appended pads still change nothing."""
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions="alibi", zero_init_residual=False), PAD).eval()
+    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=PositionKind.alibi, zero_init_residual=False), PAD).eval()
     ids = batch_of_titles()
     padded = torch.cat([ids, torch.full((len(ids), 7), PAD)], dim=1)
     swapped = ids.clone()

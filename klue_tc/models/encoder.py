@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from klue_tc.config import EncoderConfig, EncoderKind, LayerNormPlacement
+from klue_tc.config import EncoderConfig, EncoderKind, LayerNormPlacement, PositionKind
 from klue_tc.models.blocks import (
     BLSTMSublayer, ConvSublayer, FeedForward, FFNWithBLSTM, Residual, SelfAttention,
 )
@@ -34,15 +34,16 @@ class Embeddings(nn.Module):
         super().__init__()
         self.scale = math.sqrt(cfg.d_model)
         self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
-        if cfg.positions == "learned":
+        self.drop = nn.Dropout(cfg.dropout)
+        self.add_positions = cfg.positions != PositionKind.alibi
+        if cfg.positions == PositionKind.learned:
             self.positions = nn.Parameter(torch.zeros(cfg.max_positions, cfg.d_model))
             nn.init.normal_(self.positions, std=0.02)
-        else:
+        elif self.add_positions:
             self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
-        gain = cfg.d_model ** -0.5 if cfg.positions == "scaled_sinusoidal" else 1.0
-        self.position_gain = nn.Parameter(torch.tensor(gain), requires_grad=cfg.positions == "scaled_sinusoidal")
-        self.drop = nn.Dropout(cfg.dropout)
-        self.add_positions = cfg.positions != "alibi"
+        if self.add_positions:
+            scaled = cfg.positions == PositionKind.scaled_sinusoidal
+            self.position_gain = nn.Parameter(torch.tensor(cfg.d_model ** -0.5 if scaled else 1.0), requires_grad=scaled)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(input_ids) * self.scale
@@ -69,7 +70,7 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
-        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=cfg.positions == "alibi")
+        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=cfg.positions == PositionKind.alibi)
         sublayers = [attention, *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
