@@ -3,6 +3,7 @@ import json
 import numpy as np
 
 import pytest
+import torch
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
@@ -62,8 +63,17 @@ def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, a
     from klue_tc.config import TrainerConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(fold, "cpu_flags", lambda: {"avx512f", *(["amx_bf16"] if amx else [])})
     assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
+
+
+def test_cpu_flags_come_from_the_kernel_list(tmp_path):
+    from klue_tc.fold import cpu_flags
+
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n\n"
+                                      "processor\t: 1\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n")
+    assert cpu_flags(tmp_path / "cpuinfo") == {"fpu", "sse2", "amx_bf16", "amx_tile"}
+    assert cpu_flags(tmp_path / "absent") == set()
 
 
 def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
@@ -214,7 +224,10 @@ def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, c
 
     state = tmp_path / "fold0.training"
     state.mkdir()
-    (state / "last.ckpt").write_bytes(b"PK\x03\x04 cut short")
+    torch.save({"epoch": 3, "state_dict": {"w": torch.randn(256, 256)}}, state / "last.ckpt")
+    assert resume_point(0, state, resume=True) == state / "last.ckpt"
+    whole = (state / "last.ckpt").read_bytes()
+    (state / "last.ckpt").write_bytes(whole[: len(whole) // 2])
     (state / "best.ckpt").write_bytes(b"stale")
     assert resume_point(0, state, resume=True) is None
     assert not state.exists() and "unreadable" in caplog.text
