@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Optional
 
 import lightning as L
 import torch
@@ -115,20 +115,32 @@ class TopicClassifierModule(L.LightningModule):
     def _unused_head_loss(self) -> torch.Tensor:
         return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0
 
-    def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy of the original tokens under [MASK], scored only at those positions."""
+    def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor,
+                       gather: Optional[bool] = None) -> torch.Tensor:
+        """Cross-entropy of the original tokens under [MASK], scored only at those positions.
+        `gather` (default: on a CPU) runs the head on the masked rows only."""
         where = (masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)).flatten()
+        targets = original_ids.flatten().masked_fill(~where, -100)
+        states = states.flatten(0, 1)
+        if states.is_cpu if gather is None else gather:
+            states, targets = self._masked_rows(states, targets, where)
+        # else every position is scored (the unmasked ones as ignored targets): picking the masked
+        # rows needs their count on the host, a GPU sync every step, and the head is cheap there.
+        scores = self.mlm_head(states, self.model.encoder.embeddings.tokens.weight)
+        # Summed, then divided by at least 1: a batch with nothing masked adds 0 and keeps the graph.
+        return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
+
+    @staticmethod
+    def _masked_rows(states: torch.Tensor, targets: torch.Tensor, where: torch.Tensor):
+        """The masked positions' rows, their count rounded up to a multiple of MLM_ROW_BUCKET (the
+        extra rows are ignored targets): on a CPU every new matrix shape gets its own oneDNN kernel,
+        kept in a cache of up to 1,024, and a new count every step grew a 10-epoch run to 6.6 GB."""
         rows = where.nonzero().squeeze(1)
         masked = len(rows)
-        # The head sees a row count rounded up to a multiple of MLM_ROW_BUCKET (the extra rows are
-        # ignored targets): on a CPU every new matrix shape gets its own oneDNN kernel, kept in a
-        # cache of up to 1,024, and a new count every step grew a 10-epoch run to 6.6 GB.
         rows = F.pad(rows, (0, -masked % MLM_ROW_BUCKET))
-        targets = original_ids.flatten()[rows]
+        targets = targets[rows]
         targets[masked:] = -100
-        scores = self.mlm_head(states.flatten(0, 1)[rows], self.model.encoder.embeddings.tokens.weight)
-        # Summed, then divided by at least 1: a batch with nothing masked adds 0 and keeps the graph.
-        return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / max(masked, 1)
+        return states[rows], targets
 
     def on_train_epoch_end(self) -> None:
         self.log_dict(self.train_metrics.compute())
@@ -171,10 +183,11 @@ def _plain(cfg) -> dict:
 
 
 def _encoder_cfg(values: dict) -> EncoderConfig:
-    from klue_tc.config import EncoderKind, LayerNormPlacement
+    from klue_tc.config import EncoderKind, LayerNormPlacement, PositionKind
 
     values = dict(values)
     values["name"], values["ln"] = EncoderKind(values["name"]), LayerNormPlacement(values["ln"])
+    values["positions"] = PositionKind(values["positions"])
     return EncoderConfig(**values)
 
 

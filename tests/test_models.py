@@ -171,6 +171,8 @@ def test_masked_lm_loss_scores_only_the_masked_positions():
     assert not torch.equal(module.masked_lm_loss(states, masked, other_hidden), loss)
     expected = F.cross_entropy(module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where])
     assert loss.item() == pytest.approx(expected.item())  # the mean over the masked positions
+    # A GPU scores every position (no host sync to count the masked ones): the same loss.
+    assert module.masked_lm_loss(states, masked, ids, gather=False).item() == pytest.approx(loss.item())
     seen_rows = []
     module.mlm_head.register_forward_hook(lambda head, args, out: seen_rows.append(len(args[0])))
     module.masked_lm_loss(states, masked, ids)
