@@ -122,7 +122,9 @@ class TopicClassifierModule(L.LightningModule):
         where = (masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)).flatten()
         targets = original_ids.flatten().masked_fill(~where, -100)
         states = states.flatten(0, 1)
-        if states.is_cpu if gather is None else gather:
+        if gather is None:
+            gather = states.is_cpu
+        if gather:
             states, targets = self._masked_rows(states, targets, where)
         # else every position is scored (the unmasked ones as ignored targets): picking the masked
         # rows needs their count on the host, a GPU sync every step, and the head is cheap there.
