@@ -3,7 +3,6 @@ import json
 import numpy as np
 
 import pytest
-import torch
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
@@ -220,6 +219,8 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
 
 
 def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
+    import torch
+
     from klue_tc.fold import resume_point
 
     state = tmp_path / "fold0.training"
