@@ -39,6 +39,7 @@ class PositionKind(_Choice):
     scaled_sinusoidal = "scaled_sinusoidal"  # the table times a learned gain
     learned = "learned"
     alibi = "alibi"  # none added: attention scores biased by distance
+    rotary = "rotary"  # none added: queries and keys turned by position (RoPE)
 
 
 class HeadKind(_Choice):

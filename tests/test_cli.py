@@ -77,7 +77,7 @@ def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     ("+experiment=bert", "error: unknown choice experiment=bert; valid choices: cnn, trans_blstm, trans_blstm_parallel, "
                          "transformer, transformer_pre_ln"),
     ("encoder.ln=middle", "Invalid value 'middle', expected one of [post, pre]"),
-    ("encoder.positions=rotary", "Invalid value 'rotary', expected one of [sinusoidal, scaled_sinusoidal, learned, alibi]"),
+    ("encoder.positions=relative", "Invalid value 'relative', expected one of [sinusoidal, scaled_sinusoidal, learned, alibi, rotary]"),
     ("encoder.layrs=3", "Key 'layrs' not in 'EncoderConfig'"),
     ("cv.fold=7", "error: cv.fold must be in 0..4, got 7"),
     ("recipe=strong", "error: unknown choice recipe=strong; valid choices: plain, regularized"),

@@ -6,6 +6,7 @@ from torch.nn import functional as F
 
 from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement, PositionKind
 from klue_tc.models import build_classifier
+from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
 from klue_tc.module import MLM_ROW_BUCKET, lr_lambda, mask_tokens
 from klue_tc.tokenizers import SpecialIds
@@ -54,12 +55,13 @@ def test_appending_pads_changes_no_real_token_output(kind, ln):
     assert torch.allclose(short[real], long[:, : ids.size(1)][real], atol=1e-5)
 
 
-def test_alibi_positions_come_from_attention_and_ignore_pads():
-    """With `positions=alibi` the embeddings carry no position: order reaches the model only through
-    the distance bias, so swapping two tokens changes [CLS]'s state (without any positions a
+@pytest.mark.parametrize("positions", [PositionKind.alibi, PositionKind.rotary])
+def test_positions_in_attention_only_see_order_and_ignore_pads(positions):
+    """With `positions=alibi` or `rotary` the embeddings carry no position: order reaches the model
+    only through attention, so swapping two tokens changes [CLS]'s state (without any positions a
     Transformer's [CLS] would not see the order), and appended pads still change nothing."""
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=PositionKind.alibi, zero_init_residual=False), PAD).eval()
+    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=positions, zero_init_residual=False), PAD).eval()
     ids = batch_of_titles()
     padded = torch.cat([ids, torch.full((len(ids), 7), PAD)], dim=1)
     swapped = ids.clone()
@@ -69,9 +71,29 @@ def test_alibi_positions_come_from_attention_and_ignore_pads():
         states = encoder(ids, ids.eq(PAD))
         assert torch.allclose(states[ids.ne(PAD)], encoder(padded, padded.eq(PAD))[:, : ids.size(1)][ids.ne(PAD)], atol=1e-5)
         assert not torch.allclose(states[:, 0], encoder(swapped, swapped.eq(PAD))[:, 0], atol=1e-4)
+
+
+def test_alibi_bias_grows_with_distance():
+    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=PositionKind.alibi), PAD)
     attention = encoder.blocks[0].sublayers[0].sublayer
     assert torch.allclose(attention.distance_bias(3, torch.float32)[0],
                           -attention.slopes[0] * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]))
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    """RoPE's point: a query at m and a key at n score the same as at m + s and n + s, and differently
+    at another offset."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    cos, sin = rotary_angles(12, 8)
+
+    def score(m: int, n: int) -> torch.Tensor:
+        return rotate(q, cos[m], sin[m]) @ rotate(k, cos[n], sin[n])
+
+    assert torch.allclose(score(2, 5), score(6, 9), atol=1e-5)
+    assert torch.allclose(score(0, 0), q @ k, atol=1e-5)  # position 0 is not turned
+    assert not torch.allclose(score(2, 5), score(2, 7), atol=1e-3)
+    assert torch.allclose(rotate(q, cos[7], sin[7]).norm(), q.norm())  # a rotation keeps lengths
 
 
 @pytest.mark.parametrize("head", list(HeadKind))

@@ -25,18 +25,34 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)])
 
 
+def rotary_angles(length: int, head_dim: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's (cos, sin) tables (Su et al. 2021), each (L, head_dim): pair i of a head's features
+    turns by position * 10000^(-2i/head_dim); features i and i + head_dim/2 form the pair."""
+    frequency = 10000.0 ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.arange(length, device=device, dtype=torch.float32)[:, None] * frequency
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn each feature pair of x (..., L, head_dim) by its position's angle."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention through torch's fused `scaled_dot_product_attention`.
 
     `dropout` acts on the attention probabilities; the original study had none (0.0). With
     `alibi`, each head's scores are lowered in proportion to the distance between query and key
     (|i - j|, both directions: an encoder), its slope fixed per head, in place of positions added to
-    the embeddings. The bias between two real tokens does not depend on the title's length, so
-    appended pads still change nothing."""
+    the embeddings. With `rotary`, queries and keys are turned by their positions' angles (RoPE), so
+    a score depends on the two tokens and their offset only. Neither depends on the title's length,
+    so appended pads still change nothing."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False, rotary: bool = False):
         super().__init__()
-        self.heads, self.dropout = heads, dropout
+        self.heads, self.dropout, self.rotary = heads, dropout, rotary
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.register_buffer("slopes", alibi_slopes(heads)[:, None, None] if alibi else None, persistent=False)
@@ -44,6 +60,9 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
+        if self.rotary:
+            cos, sin = rotary_angles(length, q.size(-1), x.device)
+            q, k = rotate(q, cos.to(q.dtype), sin.to(q.dtype)), rotate(k, cos.to(k.dtype), sin.to(k.dtype))
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
         mask = keep if self.slopes is None else self.distance_bias(length, q.dtype).masked_fill(~keep, float("-inf"))
         with sdpa_kernel(_CPU_ATTENTION) if x.is_cpu else nullcontext():  # on a GPU torch picks the kernel

@@ -24,8 +24,9 @@ class Embeddings(nn.Module):
     """Token embedding scaled by sqrt(d) plus positions, then dropout.
 
     Positions: `sinusoidal` (fixed table, as in the original), `scaled_sinusoidal` (the same table
-    times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or `alibi`
-    (none here: attention biases its scores by distance instead). With the fixed table at full
+    times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or `alibi` and
+    `rotary` (none here: attention biases its scores by distance, or turns queries and keys by
+    position, instead). With the fixed table at full
     strength every token looks different at every position, and a from-scratch model needs many
     more steps before it learns anything (measured in the README).
     """
@@ -35,7 +36,7 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(cfg.d_model)
         self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.drop = nn.Dropout(cfg.dropout)
-        self.add_positions = cfg.positions != PositionKind.alibi
+        self.add_positions = cfg.positions not in (PositionKind.alibi, PositionKind.rotary)
         if cfg.positions == PositionKind.learned:
             self.positions = nn.Parameter(torch.zeros(cfg.max_positions, cfg.d_model))
             nn.init.normal_(self.positions, std=0.02)
@@ -70,7 +71,8 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
-        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=cfg.positions == PositionKind.alibi)
+        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout,
+                                  alibi=cfg.positions == PositionKind.alibi, rotary=cfg.positions == PositionKind.rotary)
         sublayers = [attention, *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
