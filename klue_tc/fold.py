@@ -1,6 +1,7 @@
 """One fold: fit (or load) its tokenizer, encode, train with Lightning, return its record."""
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import sys
@@ -75,12 +76,13 @@ def cpu_has_bf16_matmul() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+@functools.cache  # read once per process, not once per fold
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     try:
         text = cpuinfo.read_text()
     except OSError:  # not Linux
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+        return frozenset()
+    return frozenset(flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split())
 
 
 def default_precision(cfg: TrainerConfig) -> str:
