@@ -42,6 +42,12 @@ class PositionKind(_Choice):
     rotary = "rotary"  # none added: queries and keys turned by position (RoPE)
 
 
+class FFNActivation(_Choice):
+    relu = "relu"  # the original
+    gelu = "gelu"
+    swiglu = "swiglu"  # a SiLU-gated pair of projections (Shazeer 2020)
+
+
 class HeadKind(_Choice):
     cls = "cls"
     blstm = "blstm"
@@ -98,6 +104,7 @@ class EncoderConfig:
     d_model: int = 256
     heads: int = 4
     ffn_dim: int = 512
+    ffn_activation: FFNActivation = FFNActivation.relu
     conv_channels: int = 256
     conv_kernel: int = 3
     dropout: float = 0.1

@@ -185,11 +185,13 @@ def _plain(cfg) -> dict:
 
 
 def _encoder_cfg(values: dict) -> EncoderConfig:
-    from klue_tc.config import EncoderKind, LayerNormPlacement, PositionKind
+    from klue_tc.config import EncoderKind, FFNActivation, LayerNormPlacement, PositionKind
 
     values = dict(values)
     values["name"], values["ln"] = EncoderKind(values["name"]), LayerNormPlacement(values["ln"])
     values["positions"] = PositionKind(values["positions"])
+    # checkpoints from before the option have no key: theirs was the original ReLU
+    values["ffn_activation"] = FFNActivation(values.get("ffn_activation", FFNActivation.relu.value))
     return EncoderConfig(**values)
 
 

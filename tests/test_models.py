@@ -4,7 +4,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from klue_tc.config import EncoderConfig, EncoderKind, HeadConfig, HeadKind, LayerNormPlacement, PositionKind
+from klue_tc.config import (
+    EncoderConfig, EncoderKind, FFNActivation, HeadConfig, HeadKind, LayerNormPlacement, PositionKind,
+)
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
@@ -94,6 +96,31 @@ def test_rotary_scores_depend_on_the_offset_only():
     assert torch.allclose(score(0, 0), q @ k, atol=1e-5)  # position 0 is not turned
     assert not torch.allclose(score(2, 5), score(2, 7), atol=1e-3)
     assert torch.allclose(rotate(q, cos[7], sin[7]).norm(), q.norm())  # a rotation keeps lengths
+
+
+def test_ffn_activations_differ_and_swiglu_keeps_the_weight_count():
+    from klue_tc.models.blocks import FeedForward
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 24)
+    ffns = {act: FeedForward(24, 48, act) for act in FFNActivation}
+    for ffn in ffns.values():  # the same first-layer weights where shapes allow, so only the activation differs
+        ffn.net[-1].weight.data.fill_(0.01)
+    ffns[FFNActivation.gelu].net[0].load_state_dict(ffns[FFNActivation.relu].net[0].state_dict())
+    outputs = {act: ffn(x, x[..., 0].eq(0)) for act, ffn in ffns.items()}
+    assert all(y.shape == x.shape for y in outputs.values())
+    assert not torch.allclose(outputs[FFNActivation.relu], outputs[FFNActivation.gelu])
+    weights = {act: sum(p.numel() for p in ffn.parameters() if p.dim() == 2) for act, ffn in ffns.items()}
+    assert weights[FFNActivation.swiglu] == weights[FFNActivation.relu] == 2 * 24 * 48
+
+
+@pytest.mark.parametrize("activation", list(FFNActivation))
+def test_every_ffn_activation_trains(activation):
+    torch.manual_seed(0)
+    model = build_classifier(VOCAB, PAD, tiny_encoder(EncoderKind.trans_blstm_parallel, ffn_activation=activation),
+                             HeadConfig(name=HeadKind.cls, hidden=8), classes=7)
+    model(batch_of_titles()).sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
 @pytest.mark.parametrize("head", list(HeadKind))

@@ -14,6 +14,8 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from klue_tc.config import FFNActivation
+
 
 # On CPU, SDPA's flash kernel is slower than its math path for titles this short: with
 # bf16 autocast, 0.55 vs 0.34 s per training step (3 layers, batch 256, ~18 tokens; README).
@@ -79,12 +81,27 @@ class SelfAttention(nn.Module):
         return [self.out]
 
 
-class FeedForward(nn.Module):
-    """Linear-ReLU-Linear, as in the original (no dropout inside: the residual's dropout follows)."""
+class SwiGLU(nn.Module):
+    """value * SiLU(gate), the two halves of the last dimension."""
 
-    def __init__(self, d_model: int, ffn_dim: int):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        value, gate = x.chunk(2, dim=-1)
+        return value * F.silu(gate)
+
+
+class FeedForward(nn.Module):
+    """Linear-ReLU-Linear, as in the original (no dropout inside: the residual's dropout follows);
+    or with GELU; or SwiGLU, whose gated hidden layer is 2/3 of `ffn_dim` wide so that its three
+    matrices hold as many weights as the two of the others."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: FFNActivation = FFNActivation.relu):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d_model))
+        if activation == FFNActivation.swiglu:
+            hidden = 2 * ffn_dim // 3
+            self.net = nn.Sequential(nn.Linear(d_model, 2 * hidden), SwiGLU(), nn.Linear(hidden, d_model))
+        else:
+            act = nn.GELU() if activation == FFNActivation.gelu else nn.ReLU()
+            self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), act, nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -152,9 +169,9 @@ class BLSTMSublayer(nn.Module):
 class FFNWithBLSTM(nn.Module):
     """The paper's TRANS-BLSTM: BLSTM output added beside the FFN output, one residual."""
 
-    def __init__(self, d_model: int, ffn_dim: int):
+    def __init__(self, d_model: int, ffn_dim: int, activation: FFNActivation = FFNActivation.relu):
         super().__init__()
-        self.ffn = FeedForward(d_model, ffn_dim)
+        self.ffn = FeedForward(d_model, ffn_dim, activation)
         self.blstm = BLSTMSublayer(d_model)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:

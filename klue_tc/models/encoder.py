@@ -57,13 +57,14 @@ def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
     """What follows attention in one block, per encoder variant."""
     d = cfg.d_model
     if cfg.name == EncoderKind.transformer:
-        return [FeedForward(d, cfg.ffn_dim)]
+        return [FeedForward(d, cfg.ffn_dim, cfg.ffn_activation)]
     if cfg.name == EncoderKind.trans_blstm:  # TRANS-BLSTM-SMALL: the BLSTM replaces the FFN
         return [BLSTMSublayer(d)]
     if cfg.name == EncoderKind.trans_blstm_parallel:
-        return [FFNWithBLSTM(d, cfg.ffn_dim)]
+        return [FFNWithBLSTM(d, cfg.ffn_dim, cfg.ffn_activation)]
     if cfg.name == EncoderKind.cnn:
-        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout), FeedForward(d, cfg.ffn_dim)]
+        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout),
+                FeedForward(d, cfg.ffn_dim, cfg.ffn_activation)]
     raise ValueError(f"unknown encoder {cfg.name}")
 
 
