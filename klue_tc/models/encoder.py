@@ -73,7 +73,8 @@ class EncoderBlock(nn.Module):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
         attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout,
-                                  alibi=cfg.positions == PositionKind.alibi, rotary=cfg.positions == PositionKind.rotary)
+                                  alibi=cfg.positions == PositionKind.alibi, rotary=cfg.positions == PositionKind.rotary,
+                                  local_heads=cfg.local_heads, local_window=cfg.local_window)
         sublayers = [attention, *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
