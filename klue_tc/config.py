@@ -109,8 +109,6 @@ class EncoderConfig:
     conv_kernel: int = 3
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    local_heads: int = 0  # this many of the heads attend within local_window of each token only
-    local_window: int = 1
     positions: PositionKind = PositionKind.scaled_sinusoidal
     max_positions: int = 512
     zero_init_residual: bool = True
@@ -259,9 +257,6 @@ def _check_ranges(run: RunConfig) -> None:
         _at_least("encoder.heads", enc.heads, 1),
         (enc.heads >= 1 and enc.d_model % enc.heads == 0,
          f"encoder.d_model ({enc.d_model}) must be divisible by encoder.heads ({enc.heads})"),
-        (0 <= enc.local_heads <= enc.heads,
-         f"encoder.local_heads must be in 0..encoder.heads ({enc.heads}), got {enc.local_heads}"),
-        _at_least("encoder.local_window", enc.local_window, 1),
         _at_least("encoder.ffn_dim", enc.ffn_dim, 1),
         _at_least("encoder.conv_kernel", enc.conv_kernel, 1),
         _share("encoder.dropout", enc.dropout),

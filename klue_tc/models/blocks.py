@@ -27,11 +27,11 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)])
 
 
-def rotary_angles(length: int, head_dim: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_angles(length: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE's (cos, sin) tables (Su et al. 2021), each (L, head_dim): pair i of a head's features
     turns by position * 10000^(-2i/head_dim); features i and i + head_dim/2 form the pair."""
-    frequency = 10000.0 ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.arange(length, device=device, dtype=torch.float32)[:, None] * frequency
+    frequency = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.arange(length, dtype=torch.float32)[:, None] * frequency
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
@@ -50,43 +50,32 @@ class SelfAttention(nn.Module):
     (|i - j|, both directions: an encoder), its slope fixed per head, in place of positions added to
     the embeddings. With `rotary`, queries and keys are turned by their positions' angles (RoPE), so
     a score depends on the two tokens and their offset only. Neither depends on the title's length,
-    so appended pads still change nothing. The first `local_heads` heads attend to keys within
-    `local_window` positions of the query only (a sliding window, as a kernel-3 convolution sees
-    with window 1); the others see the whole title."""
+    so appended pads still change nothing."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False, rotary: bool = False,
-                 local_heads: int = 0, local_window: int = 1):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False,
+                 rotary_positions: int = 0):
+        """`rotary_positions` > 0: RoPE, its angle tables built once for that many positions."""
         super().__init__()
-        self.heads, self.dropout, self.rotary = heads, dropout, rotary
-        self.local_heads, self.local_window = local_heads, local_window
+        self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.register_buffer("slopes", alibi_slopes(heads)[:, None, None] if alibi else None, persistent=False)
+        cos, sin = rotary_angles(rotary_positions, d_model // heads) if rotary_positions else (None, None)
+        self.register_buffer("rotary_cos", cos, persistent=False)
+        self.register_buffer("rotary_sin", sin, persistent=False)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d_model // self.heads).permute(2, 0, 3, 1, 4)
-        if self.rotary:
-            cos, sin = rotary_angles(length, q.size(-1), x.device)
-            q, k = rotate(q, cos.to(q.dtype), sin.to(q.dtype)), rotate(k, cos.to(k.dtype), sin.to(k.dtype))
+        if self.rotary_cos is not None:
+            cos, sin = self.rotary_cos[:length].to(q.dtype), self.rotary_sin[:length].to(q.dtype)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
-        if self.local_heads:
-            keep = self.windowed(keep, length)
         mask = keep if self.slopes is None else self.distance_bias(length, q.dtype).masked_fill(~keep, float("-inf"))
         with sdpa_kernel(_CPU_ATTENTION) if x.is_cpu else nullcontext():  # on a GPU torch picks the kernel
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
-
-    def windowed(self, keep: torch.Tensor, length: int) -> torch.Tensor:
-        """(B, H, L, L): `keep`, and for the local heads only keys within the window. Every query keeps
-        itself: a pad query far past the title would otherwise have no key left, and what a kernel
-        makes of an all-masked row (zeros or NaN) is its own choice; a NaN would reach real tokens
-        through the next layer's weighted sums."""
-        positions = torch.arange(length, device=keep.device)
-        near = (positions[None, :] - positions[:, None]).abs() <= self.local_window  # (L, L)
-        local = torch.arange(self.heads, device=keep.device)[:, None, None] < self.local_heads  # (H, 1, 1)
-        return (keep & (near | ~local)) | torch.eye(length, dtype=torch.bool, device=keep.device)
 
     def distance_bias(self, length: int, dtype: torch.dtype) -> torch.Tensor:
         """(heads, L, L): -slope * |i - j|."""

@@ -72,9 +72,9 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
-        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout,
-                                  alibi=cfg.positions == PositionKind.alibi, rotary=cfg.positions == PositionKind.rotary,
-                                  local_heads=cfg.local_heads, local_window=cfg.local_window)
+        alibi, rotary = cfg.positions == PositionKind.alibi, cfg.positions == PositionKind.rotary
+        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=alibi,
+                                  rotary_positions=cfg.max_positions if rotary else 0)
         sublayers = [attention, *position_wise_sublayer(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
