@@ -82,7 +82,8 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
         text = cpuinfo.read_text()
     except OSError:  # not Linux
         return frozenset()
-    return frozenset(flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split())
+    flag_lines = (line.split(":", 1)[1] for line in text.splitlines() if line.startswith("flags"))
+    return frozenset(flag for flags in flag_lines for flag in flags.split())
 
 
 def default_precision(cfg: TrainerConfig) -> str:

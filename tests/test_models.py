@@ -285,3 +285,12 @@ def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
     after, module = step(1, **late)
     assert after > plain_loss + 1.0  # the masked-LM cross-entropy over thousands of pieces joins
     assert module.mlm_head.bias.grad.abs().sum() > 0
+
+
+def test_checkpoint_settings_from_before_the_ffn_activation_option_rebuild_the_relu_ffn():
+    from klue_tc.module import _encoder_cfg, _plain
+
+    saved = _plain(EncoderConfig(ffn_activation=FFNActivation.swiglu))
+    assert _encoder_cfg(saved).ffn_activation == FFNActivation.swiglu  # the enum, not its string
+    del saved["ffn_activation"]
+    assert _encoder_cfg(saved) == EncoderConfig()

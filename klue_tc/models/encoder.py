@@ -24,11 +24,11 @@ class Embeddings(nn.Module):
     """Token embedding scaled by sqrt(d) plus positions, then dropout.
 
     Positions: `sinusoidal` (fixed table, as in the original), `scaled_sinusoidal` (the same table
-    times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or `alibi` and
-    `rotary` (none here: attention biases its scores by distance, or turns queries and keys by
-    position, instead). With the fixed table at full
-    strength every token looks different at every position, and a from-scratch model needs many
-    more steps before it learns anything (measured in the README).
+    times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or none here
+    with `alibi` and `rotary` (attention biases its scores by distance, or turns queries and keys
+    by position, instead). With the fixed table at full strength every token looks different at
+    every position, and a from-scratch model needs many more steps before it learns anything
+    (measured in the README).
     """
 
     def __init__(self, vocab_size: int, cfg: EncoderConfig, pad_id: int):
