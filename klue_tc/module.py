@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any, Optional
 
 import lightning as L
@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import NUM_CLASSES
+from klue_tc.errors import ConfigError
 from klue_tc.models import build_classifier
 from klue_tc.models.masked_lm import MaskedLMHead
 from klue_tc.tokenizers import SpecialIds
@@ -188,6 +189,10 @@ def _encoder_cfg(values: dict) -> EncoderConfig:
     from klue_tc.config import EncoderKind, FFNActivation, LayerNormPlacement, PositionKind
 
     values = dict(values)
+    unknown = sorted(set(values) - {f.name for f in fields(EncoderConfig)})
+    if unknown:  # a checkpoint from a version with an encoder option this one does not have
+        raise ConfigError(f"the checkpoint's encoder settings have keys this version of klue_tc does not know: "
+                          f"{', '.join(unknown)}; load it with the version that trained it")
     values["name"], values["ln"] = EncoderKind(values["name"]), LayerNormPlacement(values["ln"])
     values["positions"] = PositionKind(values["positions"])
     # checkpoints from before the option have no key: theirs was the original ReLU

@@ -294,3 +294,11 @@ def test_checkpoint_settings_from_before_the_ffn_activation_option_rebuild_the_r
     assert _encoder_cfg(saved).ffn_activation == FFNActivation.swiglu  # the enum, not its string
     del saved["ffn_activation"]
     assert _encoder_cfg(saved) == EncoderConfig()
+
+
+def test_checkpoint_settings_with_an_unknown_encoder_key_fail_with_its_name():
+    from klue_tc.errors import ConfigError
+    from klue_tc.module import _encoder_cfg, _plain
+
+    with pytest.raises(ConfigError, match="keys this version of klue_tc does not know: local_heads; load it"):
+        _encoder_cfg({**_plain(EncoderConfig()), "local_heads": 0})
