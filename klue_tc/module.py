@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+import typing
+from dataclasses import asdict
+from enum import Enum
 from typing import Any, Optional
 
 import lightning as L
@@ -185,22 +187,21 @@ def _plain(cfg) -> dict:
     return {k: (v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
 
 
-def _encoder_cfg(values: dict) -> EncoderConfig:
-    from klue_tc.config import EncoderKind, FFNActivation, LayerNormPlacement, PositionKind
-
-    values = dict(values)
-    unknown = sorted(set(values) - {f.name for f in fields(EncoderConfig)})
-    if unknown:  # a checkpoint from a version with an encoder option this one does not have
-        raise ConfigError(f"the checkpoint's encoder settings have keys this version of klue_tc does not know: "
+def _typed(cls, values: dict, group: str):
+    """A config dataclass from its hparams dict: enums rebuilt from their values; a key missing from
+    an older checkpoint takes the dataclass default (what that version did)."""
+    types = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(types))
+    if unknown:  # a checkpoint from a version with an option this one does not have
+        raise ConfigError(f"the checkpoint's {group} settings have keys this version of klue_tc does not know: "
                           f"{', '.join(unknown)}; load it with the version that trained it")
-    values["name"], values["ln"] = EncoderKind(values["name"]), LayerNormPlacement(values["ln"])
-    values["positions"] = PositionKind(values["positions"])
-    # checkpoints from before the option have no key: theirs was the original ReLU
-    values["ffn_activation"] = FFNActivation(values.get("ffn_activation", FFNActivation.relu.value))
-    return EncoderConfig(**values)
+    return cls(**{k: types[k](v) if isinstance(types[k], type) and issubclass(types[k], Enum) else v
+                  for k, v in values.items()})
+
+
+def _encoder_cfg(values: dict) -> EncoderConfig:
+    return _typed(EncoderConfig, values, "encoder")
 
 
 def _head_cfg(values: dict) -> HeadConfig:
-    from klue_tc.config import HeadKind
-
-    return HeadConfig(**{**values, "name": HeadKind(values["name"])})
+    return _typed(HeadConfig, values, "head")
