@@ -49,20 +49,21 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
     assert results[0] == results[1]
 
 
-@pytest.mark.parametrize("accelerator, gpu, amx, asked, expected", [
-    ("cpu", False, False, None, "32-true"),       # bf16 would be emulated: slower than fp32
-    ("cpu", False, True, None, "bf16-mixed"),     # AMX: native bf16 matrix tiles
-    ("auto", True, False, None, "bf16-mixed"),    # GPU
-    ("cpu", False, True, "32-true", "32-true"),   # an explicit trainer.precision always wins
+@pytest.mark.parametrize("accelerator, gpu, bf16_flag, asked, expected", [
+    ("cpu", False, None, None, "32-true"),                 # bf16 would be emulated: slower than fp32
+    ("cpu", False, "amx_bf16", None, "bf16-mixed"),        # Intel AMX: bf16 matrix tiles
+    ("cpu", False, "avx512_bf16", None, "bf16-mixed"),     # AVX-512 BF16 dot products (AMD Zen 4)
+    ("auto", True, None, None, "bf16-mixed"),              # GPU
+    ("cpu", False, "amx_bf16", "32-true", "32-true"),      # an explicit trainer.precision always wins
 ])
-def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, amx, expected, asked):
+def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, bf16_flag, expected, asked):
     import torch
 
     from klue_tc import fold
     from klue_tc.config import TrainerConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(fold, "cpu_flags", lambda: {"avx512f", *(["amx_bf16"] if amx else [])})
+    monkeypatch.setattr(fold, "cpu_flags", lambda: frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])}))
     assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
 
 

@@ -127,9 +127,9 @@ def footnotes(report: dict) -> list[str]:
         "gradient clipping 1.0, zero-initialised residual branches, scaled sinusoidal positions; BLSTM head reads "
         "the packed final states; attention and BLSTMs skip pads); seed_reference = Adam lr 1e-4 constant, fixed "
         "sinusoidal positions, BLSTM decoder reads position -1.",
-        f"Precision: klue_tc {ours.get('precision', '?')} (trainer.precision's default here: bf16 autocast where "
-        "the CPU has AMX bf16 tiles or on a GPU, else fp32; `--override trainer.precision=32-true` for fp32); "
-        "seed_reference fp32.",
+        f"Precision: klue_tc {ours.get('precision', '?')} (trainer.precision's default: bf16 autocast on a GPU "
+        "and where the CPU has native bf16 matrix products (AMX tiles or AVX-512 BF16), else fp32; "
+        "`--override trainer.precision=32-true` for fp32); seed_reference fp32.",
         *([f"klue_tc runs (both columns) with the overrides {' '.join(s['overrides'])}."] if s.get("overrides") else []),
         "Peak memory: " + ("torch.cuda.max_memory_allocated of the training process."
                            if s.get("gpu") else
