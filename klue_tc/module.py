@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import math
-import typing
-from dataclasses import asdict
-from enum import Enum
+from dataclasses import asdict, fields
 from typing import Any, Optional
 
 import lightning as L
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MetricCollection
@@ -188,15 +187,14 @@ def _plain(cfg) -> dict:
 
 
 def _typed(cls, values: dict, group: str):
-    """A config dataclass from its hparams dict: enums rebuilt from their values; a key missing from
-    an older checkpoint takes the dataclass default (what that version did)."""
-    types = typing.get_type_hints(cls)
-    unknown = sorted(set(values) - set(types))
+    """A config dataclass from its hparams dict, typed by OmegaConf as the run's config is (enums
+    from their values); a key missing from an older checkpoint takes the dataclass default (what
+    that version did)."""
+    unknown = sorted(set(values) - {f.name for f in fields(cls)})
     if unknown:  # a checkpoint from a version with an option this one does not have
         raise ConfigError(f"the checkpoint's {group} settings have keys this version of klue_tc does not know: "
                           f"{', '.join(unknown)}; load it with the version that trained it")
-    return cls(**{k: types[k](v) if isinstance(types[k], type) and issubclass(types[k], Enum) else v
-                  for k, v in values.items()})
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))
 
 
 def _encoder_cfg(values: dict) -> EncoderConfig:
