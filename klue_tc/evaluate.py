@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from klue_tc.data import LABEL_NAMES, NUM_CLASSES, LabelledTitles
@@ -92,6 +93,29 @@ def agreement_shares(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np
     return {"both_right": float(np.mean(right_a & right_b)), "only_a_right": float(np.mean(right_a & ~right_b)),
             "only_b_right": float(np.mean(~right_a & right_b)), "both_wrong": float(np.mean(~right_a & ~right_b)),
             "both_wrong_alike": float(np.mean(~right_a & ~right_b & (predicted_a == predicted_b)))}
+
+
+def nearest_title_similarity(reference_texts: list[str], texts: list[str], chunk: int = 512) -> np.ndarray:
+    """For each title, the cosine similarity of its character 1-3-gram TF-IDF vector to that of the
+    most alike reference (training) title: 1 for a repeat, low for a title unlike any seen."""
+    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True).fit(reference_texts)
+    reference, queries = vectorizer.transform(reference_texts), vectorizer.transform(texts)
+    # In chunks: one dense row of similarities per title to every reference title would not fit.
+    return np.concatenate([(queries[start:start + chunk] @ reference.T).max(axis=1).toarray().ravel()
+                           for start in range(0, queries.shape[0], chunk)])
+
+
+def macro_f1_by_quantile(truth: np.ndarray, predicted: dict[str, np.ndarray], key: np.ndarray,
+                         quantiles: int = 4) -> list[dict]:
+    """Each model's macro-F1 within each quantile of the titles ordered by `key` (lowest first),
+    with the range of `key` the quantile covers."""
+    truth, key = np.asarray(truth), np.asarray(key)
+    rows = []
+    for part in np.array_split(np.argsort(key, kind="stable"), quantiles):
+        rows.append({"low": float(key[part].min()), "high": float(key[part].max()), "titles": len(part),
+                     **{name: float(f1_score(truth[part], np.asarray(p)[part], average="macro"))
+                        for name, p in predicted.items()}})
+    return rows
 
 
 def _resampled_macro_f1(truth: np.ndarray, predicted: np.ndarray, rows: np.ndarray, classes: int) -> np.ndarray:

@@ -6,8 +6,9 @@
 Prints fold-validation and validation macro-F1, for comparison with `python -m klue_tc` on the
 same split (`cv.folds`, `cv.fold`, `cv.seed`). With --run, also scores that run's checkpoints on
 the validation titles and gives the paired bootstrap interval of (run - baseline) macro-F1 (on a
-few thousand titles one model's F1 moves by about half a point from sampling alone), and how the
-titles split by which model is right.
+few thousand titles one model's F1 moves by about half a point from sampling alone), how the
+titles split by which model is right, and both models' F1 on each quarter of the titles ordered by
+how alike the nearest training title is (novel titles first).
 """
 import argparse
 
@@ -18,7 +19,9 @@ from sklearn.svm import LinearSVC
 
 from klue_tc.data import read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError, exit_with
-from klue_tc.evaluate import agreement_shares, paired_bootstrap_f1_difference
+from klue_tc.evaluate import (
+    agreement_shares, macro_f1_by_quantile, nearest_title_similarity, paired_bootstrap_f1_difference,
+)
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
 
@@ -52,7 +55,8 @@ def main() -> None:
         exit_with(err)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
     model = baseline_pipeline(untuned=args.untuned)
-    model.fit([data.texts[i] for i in train_idx], data.labels[train_idx])
+    train_texts = [data.texts[i] for i in train_idx]
+    model.fit(train_texts, data.labels[train_idx])
     fold_f1 = f1_score(data.labels[fold_idx], model.predict([data.texts[i] for i in fold_idx]), average="macro")
     baseline_predicted = model.predict(validation.texts)
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
@@ -69,6 +73,11 @@ def main() -> None:
         print(f"titles: both right {shares['both_right']:.1%}, only the run {shares['only_a_right']:.1%}, "
               f"only the baseline {shares['only_b_right']:.1%}, both wrong {shares['both_wrong']:.1%} "
               f"({shares['both_wrong_alike']:.1%} with the same wrong class)")
+        similarity = nearest_title_similarity(train_texts, validation.texts)
+        print("macro-F1 by the similarity of the nearest training title (char n-gram TF-IDF cosine), in quarters:")
+        for row in macro_f1_by_quantile(validation.labels, {"run": run_predicted, "baseline": baseline_predicted}, similarity):
+            print(f"  {row['low']:.2f}-{row['high']:.2f} ({row['titles']} titles): run {row['run']:.4f}, "
+                  f"baseline {row['baseline']:.4f}, run - baseline {row['run'] - row['baseline']:+.4f}")
 
 
 if __name__ == "__main__":

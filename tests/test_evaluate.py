@@ -6,7 +6,10 @@ from sklearn.metrics import confusion_matrix, f1_score
 
 from conftest import REPO, make_headlines, write_tsv
 from jobs import run_python
-from klue_tc.evaluate import agreement_shares, macro_f1_from_counts, paired_bootstrap_f1_difference
+from klue_tc.evaluate import (
+    agreement_shares, macro_f1_by_quantile, macro_f1_from_counts, nearest_title_similarity,
+    paired_bootstrap_f1_difference,
+)
 
 
 def predictions(truth: np.ndarray, wrong_share: float, seed: int) -> np.ndarray:
@@ -46,6 +49,31 @@ def test_agreement_shares_split_the_titles_by_which_model_is_right():
     assert shares == pytest.approx({"both_right": 0.3, "only_a_right": 0.3, "only_b_right": 0.1,
                                     "both_wrong": 0.3, "both_wrong_alike": 0.2})  # titles 5 and 7 alike, 6 not
     assert sum(shares[k] for k in ("both_right", "only_a_right", "only_b_right", "both_wrong")) == pytest.approx(1)
+
+
+def test_nearest_title_similarity_is_one_for_a_repeat_and_falls_with_what_is_shared():
+    training = ["삼성전자 반도체 실적 발표", "류현진 시즌 첫 승 달성", "국회 예산안 처리 합의"]
+    similarity = nearest_title_similarity(training, [
+        "류현진 시즌 첫 승 달성",   # a repeat
+        "류현진 시즌 첫 패배",      # shares a name and a word with one training title
+        "날씨 맑음 쌀쌀",           # shares no syllable with any (only the word-edge spaces)
+    ])
+    assert similarity[0] == pytest.approx(1.0)
+    assert 1.0 > similarity[1] > similarity[2] + 0.3
+
+
+def test_macro_f1_by_quantile_scores_each_model_on_each_slice_of_the_ordered_titles():
+    rng = np.random.default_rng(5)
+    truth = rng.integers(0, 7, 400)
+    key = rng.random(400)
+    # A model right on the lower half of the key only; another right everywhere.
+    half = np.where(key < np.median(key), truth, (truth + 1) % 7)
+    rows = macro_f1_by_quantile(truth, {"half": half, "all": truth}, key, quantiles=4)
+    assert [r["titles"] for r in rows] == [100] * 4
+    assert [r["half"] for r in rows] == pytest.approx([1.0, 1.0, 0.0, 0.0])
+    assert all(r["all"] == 1.0 for r in rows)
+    assert rows[0]["low"] == key.min() and rows[-1]["high"] == key.max()
+    assert all(a["high"] <= b["low"] for a, b in zip(rows, rows[1:]))
 
 
 @pytest.mark.parametrize("untuned", [False, True])
