@@ -95,10 +95,15 @@ def agreement_shares(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np
             "both_wrong_alike": float(np.mean(~right_a & ~right_b & (predicted_a == predicted_b)))}
 
 
+# Character 1-3-grams within words, tf damped: the features of the TF-IDF + SVM baseline
+# (scripts/tfidf_baseline.py), so "alike" below means alike as that baseline sees titles.
+CHAR_NGRAM_TFIDF = {"analyzer": "char_wb", "ngram_range": (1, 3), "sublinear_tf": True}
+
+
 def nearest_title_similarity(reference_texts: list[str], texts: list[str], chunk: int = 512) -> np.ndarray:
     """For each title, the cosine similarity of its character 1-3-gram TF-IDF vector to that of the
     most alike reference (training) title: 1 for a repeat, low for a title unlike any seen."""
-    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True).fit(reference_texts)
+    vectorizer = TfidfVectorizer(**CHAR_NGRAM_TFIDF).fit(reference_texts)
     reference, queries = vectorizer.transform(reference_texts), vectorizer.transform(texts)
     # In chunks: one dense row of similarities per title to every reference title would not fit.
     return np.concatenate([(queries[start:start + chunk] @ reference.T).max(axis=1).toarray().ravel()

@@ -20,7 +20,7 @@ from sklearn.svm import LinearSVC
 from klue_tc.data import read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.evaluate import (
-    agreement_shares, macro_f1_by_quantile, nearest_title_similarity, paired_bootstrap_f1_difference,
+    CHAR_NGRAM_TFIDF, agreement_shares, macro_f1_by_quantile, nearest_title_similarity, paired_bootstrap_f1_difference,
 )
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
@@ -33,8 +33,7 @@ def baseline_pipeline(untuned: bool = False):
     defaults, which `untuned` gives."""
     if untuned:
         return make_pipeline(TfidfVectorizer(analyzer="char", ngram_range=(1, 3)), LinearSVC())
-    return make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2),
-                         LinearSVC(C=0.5))
+    return make_pipeline(TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2), LinearSVC(C=0.5))
 
 
 def main() -> None:
