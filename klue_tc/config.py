@@ -128,6 +128,11 @@ class AugmentConfig:
     # > 0: also predict the original token under each [MASK] (an auxiliary masked-LM loss, this
     # weight times its cross-entropy), so the masked titles teach the encoder as well as the head.
     mlm_weight: float = 0.0
+    # BERT's split of the picked tokens (Devlin et al. 2019: 0.1 and 0.1): this share shows a
+    # random piece and this share stays as it was; the rest show [MASK]. The masked-LM loss
+    # predicts every picked token, whatever it shows, so the encoder cannot trust a visible piece.
+    random_share: float = 0.0
+    keep_share: float = 0.0
 
 
 @dataclass
@@ -289,6 +294,11 @@ def _check_ranges(run: RunConfig) -> None:
         _at_least("augment.mlm_weight", run.augment.mlm_weight, 0.0),
         (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
+        _share("augment.random_share", run.augment.random_share, closed_top=True),
+        _share("augment.keep_share", run.augment.keep_share, closed_top=True),
+        (run.augment.random_share + run.augment.keep_share <= 1.0,
+         f"augment.random_share + augment.keep_share must be at most 1, got "
+         f"{run.augment.random_share} + {run.augment.keep_share}"),
         _at_least("trainer.max_epochs", run.trainer.max_epochs, 1),
         _at_least("trainer.early_stopping_patience", run.trainer.early_stopping_patience, 1),
         _one_of("trainer.accelerator", run.trainer.accelerator, ACCELERATORS),

@@ -31,14 +31,36 @@ def _metrics(prefix: str) -> MetricCollection:
     )
 
 
-def mask_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
+def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
                 generator: torch.Generator | None = None) -> torch.Tensor:
-    """The original study's augmentation: in titles of at least `min_len` tokens, each real
-    non-special token becomes [MASK] with probability p."""
-    real = input_ids.ne(specials.pad) & input_ids.ne(specials.cls) & input_ids.ne(specials.sep)
+    """Which tokens the original study's augmentation hides: in titles of at least `min_len`
+    tokens, each real non-special token with probability p."""
+    real = (input_ids.ne(specials.pad) & input_ids.ne(specials.cls) & input_ids.ne(specials.sep)
+            & input_ids.ne(specials.mask))
     long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
-    return input_ids.masked_fill(real & long_enough & draw, specials.mask)
+    return real & long_enough & draw
+
+
+def mask_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """The original study's augmentation: the picked tokens become [MASK]."""
+    return input_ids.masked_fill(pick_tokens(input_ids, specials, p, min_len, generator), specials.mask)
+
+
+def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: SpecialIds, vocab_size: int,
+                   random_share: float, keep_share: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """BERT's scheme over the picked tokens: `random_share` of them show a random piece,
+    `keep_share` stay as they were, the rest show [MASK]."""
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
+    # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
+    drawn_special = torch.zeros_like(picked)
+    for special in (specials.pad, specials.unk, specials.cls, specials.sep, specials.mask):
+        drawn_special |= random_ids.eq(special)
+    shown = torch.where(draw < random_share, torch.where(drawn_special, input_ids, random_ids),
+                        torch.where(draw < random_share + keep_share, input_ids, specials.mask))
+    return torch.where(picked, shown, input_ids)
 
 
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
@@ -94,8 +116,7 @@ class TopicClassifierModule(L.LightningModule):
         original = batch["input_ids"]
         regularize = self.current_epoch >= self.optim_cfg.regularize_from_epoch
         masking = regularize and self.augment_cfg.p > 0
-        input_ids = (mask_tokens(original, self.specials, self.augment_cfg.p, self.augment_cfg.min_len)
-                     if masking else original)
+        input_ids, picked = self.augment(original) if masking else (original, None)
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
         logits, states = self.model(input_ids, return_states=True)
         loss = self.loss(logits, batch["labels"])
@@ -107,21 +128,32 @@ class TopicClassifierModule(L.LightningModule):
         if self.mlm_head is not None:
             # Before masking starts the head gets a zero loss: every parameter still takes part in
             # the graph, as DistributedDataParallel expects.
-            mlm_loss = self.masked_lm_loss(states, input_ids, original) if masking else self._unused_head_loss()
+            mlm_loss = self.masked_lm_loss(states, input_ids, original, picked) if masking else self._unused_head_loss()
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
 
+    def augment(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""
+        cfg = self.augment_cfg
+        picked = pick_tokens(input_ids, self.specials, cfg.p, cfg.min_len)
+        if cfg.random_share == 0 and cfg.keep_share == 0:
+            return input_ids.masked_fill(picked, self.specials.mask), picked
+        vocab_size = self.model.encoder.embeddings.tokens.num_embeddings
+        return corrupt_picked(input_ids, picked, self.specials, vocab_size, cfg.random_share, cfg.keep_share), picked
+
     def _unused_head_loss(self) -> torch.Tensor:
         return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0
 
     def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor,
-                       gather: Optional[bool] = None) -> torch.Tensor:
-        """Cross-entropy of the original tokens under [MASK], scored only at those positions.
-        `gather` (default: on a CPU) runs the head on the masked rows only."""
-        where = (masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)).flatten()
+                       picked: Optional[torch.Tensor] = None, gather: Optional[bool] = None) -> torch.Tensor:
+        """Cross-entropy of the original tokens at the picked positions (default: those under
+        [MASK]), scored only there. `gather` (default: on a CPU) runs the head on those rows only."""
+        if picked is None:
+            picked = masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)
+        where = picked.flatten()
         targets = original_ids.flatten().masked_fill(~where, -100)
         states = states.flatten(0, 1)
         if gather is None:

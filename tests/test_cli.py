@@ -102,13 +102,15 @@ def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, exp
     ("data.batch_size=0", "data.batch_size must be >= 1, got 0"),
     ("trainer.max_epochs=0", "trainer.max_epochs must be >= 1, got 0"),
     ("trainer.accelerator=tpu", "trainer.accelerator must be one of auto, cpu, gpu, cuda; got tpu"),
+    ("augment.random_share=0.7 augment.keep_share=0.6",
+     "augment.random_share + augment.keep_share must be at most 1, got 0.7 + 0.6"),
 ])
 def test_out_of_range_values_fail_validation_with_the_key_and_the_range(tmp_path, override, expected):
     from klue_tc.config import validate
     from klue_tc.errors import ConfigError
 
     with pytest.raises(ConfigError) as raised:
-        validate(compose_job(["+experiment=transformer", override], tmp_path / "run"))
+        validate(compose_job(["+experiment=transformer", *override.split()], tmp_path / "run"))
     assert str(raised.value) == expected
 
 

@@ -10,7 +10,7 @@ from klue_tc.config import (
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import MLM_ROW_BUCKET, lr_lambda, mask_tokens
+from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, mask_tokens, pick_tokens
 from klue_tc.tokenizers import SpecialIds
 
 VOCAB, PAD = 50, 0
@@ -176,6 +176,33 @@ def test_token_masking_touches_only_real_tokens_of_long_enough_titles():
     assert torch.equal(mask_tokens(ids, SPECIALS, p=0.0, min_len=1), ids)
 
 
+def test_berts_scheme_shows_mask_random_pieces_and_originals_only_at_the_picked_tokens():
+    ids = batch_of_titles(lengths=(12,) * 400)
+    picked = pick_tokens(ids, SPECIALS, p=0.5, min_len=5, generator=torch.Generator().manual_seed(0))
+    shown = corrupt_picked(ids, picked, SPECIALS, VOCAB, random_share=0.1, keep_share=0.1,
+                           generator=torch.Generator().manual_seed(1))
+    assert torch.equal(shown[~picked], ids[~picked])  # nothing else changes
+    under_mask = shown[picked].eq(SPECIALS.mask).float().mean().item()
+    unchanged = shown[picked].eq(ids[picked]).float().mean().item()
+    assert under_mask == pytest.approx(0.8, abs=0.03)
+    # The 10 % kept, plus random draws that hit the original or a special id (then kept too).
+    assert unchanged == pytest.approx(0.1 + 0.1 * 6 / VOCAB, abs=0.03)
+    random = shown[picked & shown.ne(SPECIALS.mask) & shown.ne(ids)]
+    assert len(random) > 0 and random.ge(5).all()  # a random piece is never pad, [CLS], [SEP] or [UNK]
+    assert torch.equal(corrupt_picked(ids, picked, SPECIALS, VOCAB, 0.0, 0.0), ids.masked_fill(picked, SPECIALS.mask))
+
+
+def test_with_berts_scheme_the_masked_lm_loss_also_scores_picked_tokens_left_visible():
+    torch.manual_seed(0)
+    module = tiny_module(keep_share=1.0).train()  # every picked token stays visible
+    ids = batch_of_titles(lengths=(12, 9, 12))
+    shown, picked = module.augment(ids)
+    assert torch.equal(shown, ids) and picked.any()
+    states, _ = module.model.encode(shown)
+    assert module.masked_lm_loss(states, shown, ids, picked).item() > 0
+    assert module.masked_lm_loss(states, shown, ids).item() == 0.0  # by [MASK] alone: no targets
+
+
 def test_schedule_warms_up_then_decays():
     factor = lr_lambda("cosine", warmup_steps=10, total_steps=100)
     values = [factor(s) for s in range(100)]
@@ -194,14 +221,14 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
 
 
-def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0):
+def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0):
     from klue_tc.config import AugmentConfig, OptimConfig
     from klue_tc.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
         VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
         OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch),
-        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight))
+        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight, keep_share=keep_share))
 
 
 def test_masked_lm_loss_scores_only_the_masked_positions():
