@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict, astuple, fields
 from typing import Any, Optional
 
 import lightning as L
@@ -42,22 +42,18 @@ def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len
     return real & long_enough & draw
 
 
-def mask_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """The original study's augmentation: the picked tokens become [MASK]."""
-    return input_ids.masked_fill(pick_tokens(input_ids, specials, p, min_len, generator), specials.mask)
-
-
 def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: SpecialIds, vocab_size: int,
-                   random_share: float, keep_share: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """BERT's scheme over the picked tokens: `random_share` of them show a random piece,
-    `keep_share` stay as they were, the rest show [MASK]."""
+                   random_share: float = 0.0, keep_share: float = 0.0,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """The picked tokens as training shows them: all [MASK] (the original study), or BERT's
+    scheme: `random_share` of them a random piece, `keep_share` as they were, the rest [MASK]."""
+    if random_share == 0 and keep_share == 0:
+        # No further draws, so the original study's scheme keeps the random stream it always had.
+        return input_ids.masked_fill(picked, specials.mask)
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
     # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
-    drawn_special = torch.zeros_like(picked)
-    for special in (specials.pad, specials.unk, specials.cls, specials.sep, specials.mask):
-        drawn_special |= random_ids.eq(special)
+    drawn_special = torch.isin(random_ids, torch.tensor(astuple(specials), device=input_ids.device))
     shown = torch.where(draw < random_share, torch.where(drawn_special, input_ids, random_ids),
                         torch.where(draw < random_share + keep_share, input_ids, specials.mask))
     return torch.where(picked, shown, input_ids)
@@ -139,8 +135,6 @@ class TopicClassifierModule(L.LightningModule):
         """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""
         cfg = self.augment_cfg
         picked = pick_tokens(input_ids, self.specials, cfg.p, cfg.min_len)
-        if cfg.random_share == 0 and cfg.keep_share == 0:
-            return input_ids.masked_fill(picked, self.specials.mask), picked
         vocab_size = self.model.encoder.embeddings.tokens.num_embeddings
         return corrupt_picked(input_ids, picked, self.specials, vocab_size, cfg.random_share, cfg.keep_share), picked
 

@@ -10,7 +10,7 @@ from klue_tc.config import (
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, mask_tokens, pick_tokens
+from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, pick_tokens
 from klue_tc.tokenizers import SpecialIds
 
 VOCAB, PAD = 50, 0
@@ -163,6 +163,11 @@ def test_zero_initialised_residual_branches_start_as_identity_blocks():
         states = model.encoder(ids, ids.eq(PAD))
         expected = model.encoder.final_norm(model.encoder.embeddings(ids))
     assert torch.allclose(states, expected, atol=1e-6)
+
+
+def mask_tokens(ids, specials, p, min_len, generator=None):
+    """The original study's augmentation: every picked token shows [MASK]."""
+    return corrupt_picked(ids, pick_tokens(ids, specials, p, min_len, generator), specials, VOCAB)
 
 
 def test_token_masking_touches_only_real_tokens_of_long_enough_titles():
