@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, astuple, fields
+from functools import reduce
 from typing import Any, Optional
 
 import lightning as L
@@ -53,7 +54,8 @@ def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: Spec
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
     # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
-    drawn_special = torch.isin(random_ids, torch.tensor(astuple(specials), device=input_ids.device))
+    # Compared id by id: a tensor of the ids built here would be a host-to-GPU copy every step.
+    drawn_special = reduce(torch.logical_or, (random_ids.eq(special) for special in astuple(specials)))
     shown = torch.where(draw < random_share, torch.where(drawn_special, input_ids, random_ids),
                         torch.where(draw < random_share + keep_share, input_ids, specials.mask))
     return torch.where(picked, shown, input_ids)
