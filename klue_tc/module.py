@@ -126,7 +126,7 @@ class TopicClassifierModule(L.LightningModule):
         if self.mlm_head is not None:
             # Before masking starts the head gets a zero loss: every parameter still takes part in
             # the graph, as DistributedDataParallel expects.
-            mlm_loss = self.masked_lm_loss(states, input_ids, original, picked) if masking else self._unused_head_loss()
+            mlm_loss = self.masked_lm_loss(states, original, picked) if masking else self._unused_head_loss()
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
         self.train_metrics.update(logits.detach(), batch["labels"])
@@ -143,12 +143,11 @@ class TopicClassifierModule(L.LightningModule):
     def _unused_head_loss(self) -> torch.Tensor:
         return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0
 
-    def masked_lm_loss(self, states: torch.Tensor, masked_ids: torch.Tensor, original_ids: torch.Tensor,
-                       picked: Optional[torch.Tensor] = None, gather: Optional[bool] = None) -> torch.Tensor:
-        """Cross-entropy of the original tokens at the picked positions (default: those under
-        [MASK]), scored only there. `gather` (default: on a CPU) runs the head on those rows only."""
-        if picked is None:
-            picked = masked_ids.eq(self.specials.mask) & original_ids.ne(self.specials.mask)
+    def masked_lm_loss(self, states: torch.Tensor, original_ids: torch.Tensor, picked: torch.Tensor,
+                       gather: Optional[bool] = None) -> torch.Tensor:
+        """Cross-entropy of the original tokens at the picked positions (under [MASK], a random
+        piece or themselves), scored only there. `gather` (default: on a CPU) runs the head on
+        those rows only."""
         where = picked.flatten()
         targets = original_ids.flatten().masked_fill(~where, -100)
         states = states.flatten(0, 1)

@@ -204,8 +204,7 @@ def test_with_berts_scheme_the_masked_lm_loss_also_scores_picked_tokens_left_vis
     shown, picked = module.augment(ids)
     assert torch.equal(shown, ids) and picked.any()
     states, _ = module.model.encode(shown)
-    assert module.masked_lm_loss(states, shown, ids, picked).item() > 0
-    assert module.masked_lm_loss(states, shown, ids).item() == 0.0  # by [MASK] alone: no targets
+    assert module.masked_lm_loss(states, ids, picked).item() > 0  # no [MASK] shown, still targets
 
 
 def test_schedule_warms_up_then_decays():
@@ -243,22 +242,22 @@ def test_masked_lm_loss_scores_only_the_masked_positions():
     masked = mask_tokens(ids, SPECIALS, p=0.3, min_len=5, generator=torch.Generator().manual_seed(1))
     where = masked.ne(ids)
     states, _ = module.model.encode(masked)
-    loss = module.masked_lm_loss(states, masked, ids)
+    loss = module.masked_lm_loss(states, ids, where)
     other_visible = ids.clone()
     other_visible[~where & ids.gt(4)] = 5  # what the model saw as it was: not a target
-    assert torch.equal(module.masked_lm_loss(states, masked, other_visible), loss)
+    assert torch.equal(module.masked_lm_loss(states, other_visible, where), loss)
     other_hidden = ids.clone()
     other_hidden[where] = (ids[where] + 1 - 5) % (VOCAB - 5) + 5  # other originals under the masks
-    assert not torch.equal(module.masked_lm_loss(states, masked, other_hidden), loss)
+    assert not torch.equal(module.masked_lm_loss(states, other_hidden, where), loss)
     expected = F.cross_entropy(module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where])
     assert loss.item() == pytest.approx(expected.item())  # the mean over the masked positions
     # A GPU scores every position (no host sync to count the masked ones): the same loss.
-    assert module.masked_lm_loss(states, masked, ids, gather=False).item() == pytest.approx(loss.item())
+    assert module.masked_lm_loss(states, ids, where, gather=False).item() == pytest.approx(loss.item())
     seen_rows = []
     module.mlm_head.register_forward_hook(lambda head, args, out: seen_rows.append(len(args[0])))
-    module.masked_lm_loss(states, masked, ids)
+    module.masked_lm_loss(states, ids, where)
     assert seen_rows == [MLM_ROW_BUCKET]  # a few masked rows, padded: one shape for the CPU's kernel cache
-    nothing_masked = module.masked_lm_loss(states, ids, ids)
+    nothing_masked = module.masked_lm_loss(states, ids, torch.zeros_like(where))
     assert nothing_masked.item() == 0.0
     nothing_masked.backward()  # the head still takes part in the graph (DDP expects every parameter)
     assert module.mlm_head.bias.grad is not None and not module.mlm_head.bias.grad.any()
