@@ -32,12 +32,17 @@ def _metrics(prefix: str) -> MetricCollection:
     )
 
 
+def _any_of(ids: torch.Tensor, values: tuple[int, ...]) -> torch.Tensor:
+    """Where `ids` holds one of `values`. Compared id by id: a tensor of the values built here
+    would be a host-to-GPU copy every training step."""
+    return reduce(torch.logical_or, (ids.eq(value) for value in values))
+
+
 def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """Which tokens the original study's augmentation hides: in titles of at least `min_len`
     tokens, each real non-special token with probability p."""
-    real = (input_ids.ne(specials.pad) & input_ids.ne(specials.cls) & input_ids.ne(specials.sep)
-            & input_ids.ne(specials.mask))
+    real = ~_any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
     long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
     return real & long_enough & draw
@@ -54,8 +59,7 @@ def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: Spec
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
     # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
-    # Compared id by id: a tensor of the ids built here would be a host-to-GPU copy every step.
-    drawn_special = reduce(torch.logical_or, (random_ids.eq(special) for special in astuple(specials)))
+    drawn_special = _any_of(random_ids, astuple(specials))
     shown = torch.where(draw < random_share, torch.where(drawn_special, input_ids, random_ids),
                         torch.where(draw < random_share + keep_share, input_ids, specials.mask))
     return torch.where(picked, shown, input_ids)
