@@ -133,6 +133,10 @@ class AugmentConfig:
     # predicts every picked token, whatever it shows, so the encoder cannot trust a visible piece.
     random_share: float = 0.0
     keep_share: float = 0.0
+    # Masking-ratio decay (Yang et al. 2023, time-variant masking): the probability falls linearly
+    # from `p` at the first step to this at the last, so late training sees titles closer to the
+    # ones it will score; null: `p` throughout.
+    p_end: Optional[float] = None
 
 
 @dataclass
@@ -294,6 +298,9 @@ def _check_ranges(run: RunConfig) -> None:
         _at_least("augment.mlm_weight", run.augment.mlm_weight, 0.0),
         (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
          "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
+        (run.augment.p_end is None or (0.0 <= run.augment.p_end < 1.0 and run.augment.p > 0.0),
+         f"augment.p_end must be in [0, 1) with augment.p > 0 (the masking it ends), got "
+         f"augment.p_end={run.augment.p_end}, augment.p={run.augment.p}"),
         _share("augment.random_share", run.augment.random_share, closed_top=True),
         _share("augment.keep_share", run.augment.keep_share, closed_top=True),
         (run.augment.random_share + run.augment.keep_share <= 1.0,

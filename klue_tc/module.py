@@ -38,6 +38,12 @@ def _any_of(ids: torch.Tensor, values: tuple[int, ...]) -> torch.Tensor:
     return reduce(torch.logical_or, (ids.eq(value) for value in values))
 
 
+def masking_probability(p: float, p_end: float | None, progress: float) -> float:
+    """The masking probability `progress` (0 to 1) of the way through training: `p` throughout, or
+    falling linearly from `p` to `p_end`."""
+    return p if p_end is None else p + (p_end - p) * min(1.0, max(0.0, progress))
+
+
 def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """Which tokens the original study's augmentation hides: in titles of at least `min_len`
@@ -105,6 +111,7 @@ class TopicClassifierModule(L.LightningModule):
         self.mlm_head = (MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
                          if self.augment_cfg.mlm_weight > 0 else None)
         self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
+        self.total_steps = 1  # the run's optimiser steps, known once Lightning has the data (configure_optimizers)
 
     @classmethod
     def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
@@ -140,7 +147,8 @@ class TopicClassifierModule(L.LightningModule):
     def augment(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""
         cfg = self.augment_cfg
-        picked = pick_tokens(input_ids, self.specials, cfg.p, cfg.min_len)
+        p = masking_probability(cfg.p, cfg.p_end, self.global_step / self.total_steps)
+        picked = pick_tokens(input_ids, self.specials, p, cfg.min_len)
         vocab_size = self.model.encoder.embeddings.tokens.num_embeddings
         return corrupt_picked(input_ids, picked, self.specials, vocab_size, cfg.random_share, cfg.keep_share), picked
 
@@ -206,9 +214,9 @@ class TopicClassifierModule(L.LightningModule):
             # `fused`: Lightning refuses gradient clipping with fused optimizers under mixed precision.
             foreach=True,
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = warmup_steps(cfg.warmup_ratio, cfg.min_warmup_steps, total)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
+        self.total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = warmup_steps(cfg.warmup_ratio, cfg.min_warmup_steps, self.total_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, self.total_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

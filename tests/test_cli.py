@@ -104,6 +104,8 @@ def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, exp
     ("trainer.accelerator=tpu", "trainer.accelerator must be one of auto, cpu, gpu, cuda; got tpu"),
     ("augment.random_share=0.7 augment.keep_share=0.6",
      "augment.random_share + augment.keep_share must be at most 1, got 0.7 + 0.6"),
+    ("augment.p_end=0.2",
+     "augment.p_end must be in [0, 1) with augment.p > 0 (the masking it ends), got augment.p_end=0.2, augment.p=0.0"),
 ])
 def test_out_of_range_values_fail_validation_with_the_key_and_the_range(tmp_path, override, expected):
     from klue_tc.config import validate

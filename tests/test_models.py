@@ -10,7 +10,7 @@ from klue_tc.config import (
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, pick_tokens
+from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, masking_probability, pick_tokens
 from klue_tc.tokenizers import SpecialIds
 
 VOCAB, PAD = 50, 0
@@ -207,6 +207,26 @@ def test_with_berts_scheme_the_masked_lm_loss_also_scores_picked_tokens_left_vis
     assert module.masked_lm_loss(states, ids, picked).item() > 0  # no [MASK] shown, still targets
 
 
+def test_masking_decays_linearly_from_p_to_p_end_over_the_run():
+    assert [masking_probability(0.6, 0.2, t) for t in (0.0, 0.5, 1.0, 1.5)] == pytest.approx([0.6, 0.4, 0.2, 0.2])
+    assert masking_probability(0.4, None, 0.9) == 0.4
+
+
+def test_the_module_masks_by_the_decayed_probability_at_its_step(monkeypatch):
+    from klue_tc.module import TopicClassifierModule
+
+    module = tiny_module(p=0.6, p_end=0.2)
+    module.total_steps = 100
+    ids = batch_of_titles(lengths=(12,) * 400)
+    real = ids.ne(PAD) & ids.ne(2) & ids.ne(3)
+    shares = []
+    for step in (0, 50, 100):
+        monkeypatch.setattr(TopicClassifierModule, "global_step", property(lambda self, step=step: step))
+        torch.manual_seed(0)
+        shares.append(module.augment(ids)[1][real].float().mean().item())
+    assert shares == pytest.approx([0.6, 0.4, 0.2], abs=0.02)
+
+
 def test_schedule_warms_up_then_decays():
     factor = lr_lambda("cosine", warmup_steps=10, total_steps=100)
     values = [factor(s) for s in range(100)]
@@ -225,14 +245,15 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
 
 
-def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0):
+def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0,
+                p_end=None):
     from klue_tc.config import AugmentConfig, OptimConfig
     from klue_tc.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
         VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
         OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch),
-        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight, keep_share=keep_share))
+        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight, keep_share=keep_share, p_end=p_end))
 
 
 def test_masked_lm_loss_scores_only_the_masked_positions():

@@ -158,7 +158,8 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "recipe=regularized", "encoder.layers=2",
                              "cv.folds=2", "cv.fold=0", "trainer.max_epochs=2"), run_dir)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["augment"] == {"p": 0.4, "min_len": 5, "mlm_weight": 1.0, "random_share": 0.1, "keep_share": 0.1}
+    assert config["augment"] == {"p": 0.6, "min_len": 5, "mlm_weight": 1.0, "random_share": 0.1, "keep_share": 0.1,
+                                  "p_end": 0.2}
     assert config["optim"]["rdrop_alpha"] == 0.5 and config["encoder"]["dropout"] == 0.3
     assert config["optim"]["regularize_from_epoch"] == 1
     module = TopicClassifierModule.load_from_checkpoint(run_dir / "fold0" / "best.ckpt", map_location="cpu").eval()
