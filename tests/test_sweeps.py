@@ -124,8 +124,8 @@ def test_full_training_sweep_is_the_five_experiments_on_the_regularized_recipe()
     jobs = sweep_jobs("full")
     runs = [validate(compose_sweep("full", job)) for job in jobs]
     assert [r.experiment for r in runs] == ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
-    assert {(r.trainer.max_epochs, r.cv.fold, r.augment.p, r.optim.rdrop_alpha, r.optim.regularize_from_epoch)
-            for r in runs} == {(10, 0, 0.4, 0.5, 1)}
+    assert {(r.trainer.max_epochs, r.cv.fold, r.augment.p, r.augment.p_end, r.optim.rdrop_alpha,
+             r.optim.regularize_from_epoch) for r in runs} == {(10, 0, 0.6, 0.2, 0.5, 1)}
     assert [r.encoder.ln.value for r in runs] == ["post", "pre", "post", "post", "post"]
     assert [r.head.name.value for r in runs] == ["cls", "cls", "blstm", "blstm", "cls"]
 
