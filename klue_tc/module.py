@@ -111,7 +111,9 @@ class TopicClassifierModule(L.LightningModule):
         self.mlm_head = (MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
                          if self.augment_cfg.mlm_weight > 0 else None)
         self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
-        self.total_steps = 1  # the run's optimiser steps, known once Lightning has the data (configure_optimizers)
+        # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
+        # knows them only once it has the data, and the property recounts them on every call.
+        self.total_steps = 1
 
     @classmethod
     def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
