@@ -150,6 +150,9 @@ class TopicClassifierModule(L.LightningModule):
         """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""
         cfg = self.augment_cfg
         p = masking_probability(cfg.p, cfg.p_end, self.global_step / self.total_steps)
+        if self._trainer is not None:  # tests call augment on a bare module
+            # Logged so that a decaying rate can be read beside the loss curves.
+            self.log("train/mask_p", p, batch_size=len(input_ids))
         picked = pick_tokens(input_ids, self.specials, p, cfg.min_len)
         vocab_size = self.model.encoder.embeddings.tokens.num_embeddings
         return corrupt_picked(input_ids, picked, self.specials, vocab_size, cfg.random_share, cfg.keep_share), picked

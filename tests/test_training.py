@@ -1,3 +1,4 @@
+import csv
 import json
 
 import numpy as np
@@ -156,12 +157,20 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
 
     run_dir = tmp_path / "run"
     run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "recipe=regularized", "encoder.layers=2",
-                             "cv.folds=2", "cv.fold=0", "trainer.max_epochs=2"), run_dir)
+                             "cv.folds=2", "cv.fold=0", "trainer.max_epochs=2", "logger=csv",
+                             "trainer.log_every_n_steps=1"), run_dir)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["augment"] == {"p": 0.6, "min_len": 5, "mlm_weight": 1.0, "random_share": 0.1, "keep_share": 0.1,
                                   "p_end": 0.2}
     assert config["optim"]["rdrop_alpha"] == 0.5 and config["encoder"]["dropout"] == 0.3
     assert config["optim"]["regularize_from_epoch"] == 1
+    # The masking rate is logged from the second epoch (late regularization), falling towards 20 %.
+    with open(next(run_dir.glob("**/csv/*/metrics.csv")), newline="") as log:
+        rows = list(csv.DictReader(log))
+    logged = [(int(row["epoch"]), float(row["train/mask_p"])) for row in rows if row.get("train/mask_p")]
+    assert logged and {epoch for epoch, _ in logged} == {1}
+    rates = [rate for _, rate in logged]
+    assert rates == sorted(rates, reverse=True) and 0.2 <= rates[-1] < rates[0] <= 0.6
     module = TopicClassifierModule.load_from_checkpoint(run_dir / "fold0" / "best.ckpt", map_location="cpu").eval()
     assert module.mlm_head is not None  # trained with the auxiliary loss, and saved with it
     probs = torch.softmax(module(torch.tensor([[2, 7, 8, 9, 3]])), -1)
