@@ -10,7 +10,7 @@ SWEEP  ?= paper
 ARGS   ?=
 DIR    ?=
 
-.PHONY: help install test test-all sweep report bench bench-gpu clean
+.PHONY: help install lint test test-all test-slurm sweep report bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,11 +25,19 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed  ## create .venv and install klue_tc with its dev and optuna extras
 
+lint: install  ## ruff: lint and format check over the whole tree
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 test: install  ## the fast tests (no network, CPU)
 	$(PY) -m pytest
 
 test-all: install  ## every test, the slow ones too
 	$(PY) -m pytest -m "slow or not slow"
+
+test-slurm: install  ## start a one-node SLURM here (scripts/slurm-local.sh, root) and run the smoke sweep on it
+	$(if $(filter 0,$(shell id -u)),,sudo) bash scripts/slurm-local.sh
+	$(PY) -m pytest -m slurm -rs -s tests/test_slurm.py
 
 sweep: install  ## run sweeps/$(SWEEP).yaml (resumes: finished jobs are skipped)
 	$(PY) -m klue_tc --multirun --config-dir sweeps --config-name $(SWEEP) $(ARGS)
@@ -39,10 +47,10 @@ report: install  ## F1 comparison table for DIR (a run or sweep directory)
 	$(PY) -m klue_tc.report $(DIR) $(ARGS)
 
 bench: install  ## training throughput and F1 against the notebook's design (CPU)
-	$(PY) -m klue_tc.bench $(ARGS)
+	$(PY) -m benchmarks $(ARGS)
 
 bench-gpu: install  ## throughput per encoder on a GPU and the paper sweep's projected wall time
-	$(PY) -m klue_tc.bench --gpu $(ARGS)
+	$(PY) -m benchmarks --gpu $(ARGS)
 
 clean:  ## remove outputs, W&B offline runs and caches (not the venv)
 	rm -rf outputs multirun wandb .pytest_cache

@@ -1,4 +1,5 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
+
 import shutil
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """Lightning callbacks: what the results need (throughput, best epoch, first step); weight EMA."""
+
 from __future__ import annotations
 
 import time
@@ -50,8 +51,13 @@ class FoldMonitor(L.Callback):
     def state_dict(self) -> dict:
         # Saved in the fold's resumable checkpoint: the best epoch so far and the timed steps. The
         # warm-up skip and the time to first step belong to each process, so they start afresh.
-        return {"best_f1": self.best_f1, "best_accuracy": self.best_accuracy, "best_epoch": self.best_epoch,
-                "step_seconds": self.step_seconds, "step_samples": self.step_samples}
+        return {
+            "best_f1": self.best_f1,
+            "best_accuracy": self.best_accuracy,
+            "best_epoch": self.best_epoch,
+            "step_seconds": self.step_seconds,
+            "step_samples": self.step_samples,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
@@ -68,8 +74,10 @@ class RandomState(L.Callback):
     epoch. Tensors only, so the checkpoint still loads with torch.load's weights_only.)"""
 
     def state_dict(self) -> dict:
-        return {"cpu": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        return {
+            "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         torch.set_rng_state(state_dict["cpu"])

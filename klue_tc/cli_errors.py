@@ -5,9 +5,12 @@ lists the internal `_schema` entries among the choices. Users of a sweep tool wa
 names the override and the valid choices, so Hydra's reporter is wrapped here. Real bugs keep
 their traceback, and HYDRA_FULL_ERROR=1 still shows Hydra's own report.
 """
+
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 
 from hydra._internal import utils as hydra_utils
@@ -24,15 +27,53 @@ def one_line(err: BaseException) -> str | None:
     if isinstance(err, MissingConfigException) and err.options is not None:
         group = os.path.dirname(err.missing_cfg_file or "") or "config"
         choice = os.path.basename(err.missing_cfg_file or "")
-        valid = ", ".join(o for o in err.options if not o.startswith("_"))
-        return f"unknown choice {group}={choice}; valid choices: {valid}"
+        valid = [o for o in err.options if not o.startswith("_")]
+        return f"unknown choice {group}={choice}{did_you_mean(choice, valid)}; valid choices: {', '.join(valid)}"
     if isinstance(err, CompactHydraException):
-        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        text = f"{err}\n{err.__cause__ or ''}"
+        override = re.search(r"Could not override '([^']+)'", text)
+        if override and "No match in the defaults list" in text:
+            key = override.group(1)
+            given = next((a for a in sys.argv[1:] if a.startswith(f"{key}=")), f"{key}=...")
+            return f"{given}: {key} is not in the defaults list, so it is added with a +: write +{given}"
+        missing_key = re.search(r"Key '([^']+)' not in '([^']+)'", text)
+        if override and missing_key:
+            return unknown_key_line(override.group(1), missing_key.group(2))
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         cause = err.__cause__
         if isinstance(cause, OmegaConfBaseException):
             lines = lines[:1] + [str(cause).splitlines()[0]]
         return " ".join(ln for ln in lines if not ln.startswith("To append"))
     return None
+
+
+def did_you_mean(word: str, choices, prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def unknown_key_line(key: str, schema_name: str) -> str:
+    """`encoder.layerz` -> the nearest key of that section's schema; a key that only other variants
+    of the group have says which."""
+    from dataclasses import fields
+
+    from klue_tc.config import RunConfig
+    from klue_tc.registry import VARIANT_GROUPS
+
+    section, _, leaf = key.rpartition(".")
+    schemas = [
+        RunConfig,
+        *(f.default_factory for f in fields(RunConfig) if callable(getattr(f, "default_factory", None))),
+    ]
+    schemas += [registry[name].config for registry in VARIANT_GROUPS.values() for name in registry.names()]
+    schema = next((s for s in schemas if s.__name__ == schema_name), None)
+    own = {f.name for f in fields(schema)} if schema else set()
+    group = VARIANT_GROUPS.get(section)
+    if group is not None:
+        others = [name for name in group.names() if leaf in {f.name for f in fields(group[name].config)}]
+        if others:
+            return f"unknown config key {key}: only {section}={' or '.join(others)} has {leaf}"
+    return f"unknown config key {key}{did_you_mean(leaf, own, prefix=f'{section}.' if section else '')}"
 
 
 def install() -> None:
@@ -44,6 +85,7 @@ def install() -> None:
         except Exception as err:
             line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else one_line(err)
             if line is None:  # not a user error: Hydra's own report, with the traceback
+
                 def reraise(error: Exception = err):
                     raise error
 

@@ -1,18 +1,36 @@
-"""Typed schemas for the Hydra config.
+"""Typed schemas for the Hydra config: the one place where every default lives.
 
-Hydra composes plain YAML; merging the result onto these dataclasses makes a misspelt key,
-a wrong type or an unknown choice fail at start-up with one line, not an hour into a sweep.
+Hydra composes the YAML files; merging the result onto these dataclasses makes a misspelt key, a
+wrong type or an unknown choice fail at start-up with one line, not an hour into a sweep. Encoders,
+heads and tokenizers are variants (klue_tc/registry.py): each has its own dataclass, built on the
+base classes here, holding only its own keys. A setting that never changes a trained model's numbers
+is declared with `outside_results_key`, so the results store's key (klue_tc/results.py) needs no list.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import difflib
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from klue_tc.errors import ConfigError
+
+RESULTS_KEY = "in_results_key"
+
+
+def outside_results_key(default: Any = dataclasses.MISSING, **kwargs) -> Any:
+    """A dataclass field that never changes a trained model's numbers (where files are, what is
+    shown or logged): left out of the results key, so changing it finds the finished folds."""
+    return field(default=default, metadata={RESULTS_KEY: False}, **kwargs)
+
+
+def in_results_key(item: Any) -> bool:
+    return item.metadata.get(RESULTS_KEY, True)
 
 
 class _Choice(str, Enum):
@@ -20,13 +38,6 @@ class _Choice(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class EncoderKind(_Choice):
-    transformer = "transformer"
-    trans_blstm = "trans_blstm"
-    trans_blstm_parallel = "trans_blstm_parallel"
-    cnn = "cnn"
 
 
 class LayerNormPlacement(_Choice):
@@ -48,82 +59,113 @@ class FFNActivation(_Choice):
     swiglu = "swiglu"  # a SiLU-gated pair of projections (Shazeer 2020)
 
 
-class HeadKind(_Choice):
-    cls = "cls"
-    blstm = "blstm"
-    mean = "mean"
-
-
-class TokenizerKind(_Choice):
-    sentencepiece = "sentencepiece"
-    mecab = "mecab"
-    kobert = "kobert"
-
-
 class LoggerKind(_Choice):
     wandb = "wandb"
     csv = "csv"
     none = "none"
 
 
+Check = tuple[bool, str]
+
+
+def at_least(name: str, value: float, low: float) -> Check:
+    return value >= low, f"{name} must be >= {low}, got {value}"
+
+
+def share(name: str, value: float, closed_top: bool = False) -> Check:
+    """A rate in [0, 1) (or [0, 1])."""
+    ok = 0.0 <= value <= 1.0 if closed_top else 0.0 <= value < 1.0
+    return ok, f"{name} must be in [0, 1{']' if closed_top else ')'}, got {value}"
+
+
+def one_of(name: str, value: Any, choices: tuple) -> Check:
+    return value in choices, f"{name} must be one of {', '.join(map(str, choices))}; got {value}"
+
+
 @dataclass
 class DataConfig:
-    path: Optional[str] = None
-    validation_path: Optional[str] = None
-    limit: Optional[int] = None
-    hub_repo: str = "klue/klue"
-    hub_config: str = "ynat"
+    # A local training file; null: KLUE YNAT train from the hub, else the copy bundled with klue_tc.
+    path: Optional[str] = outside_results_key(None)
+    # A labelled file to score after training; null with path null: the hub's validation split.
+    validation_path: Optional[str] = outside_results_key(None)
+    limit: Optional[int] = None  # stratified subsample of N training titles
+    # Column names in a local file (null: the first of title/text, and of label/topic_idx).
+    title_column: Optional[str] = outside_results_key(None)
+    label_column: Optional[str] = outside_results_key(None)
+    hub_repo: str = outside_results_key("klue/klue")
+    hub_config: str = outside_results_key("ynat")
     batch_size: int = 256
-    eval_batch_size: int = 512
+    eval_batch_size: int = outside_results_key(512)
     # Length-bucketed batches with per-batch padding; false pads every title to the longest
     # (the original notebook's data path, kept for the benchmark).
     bucketing: bool = True
     bucket_size_multiplier: int = 50
-    num_workers: int = 0
-    cache_dir: str = "~/.cache/klue_tc"
+    num_workers: int = outside_results_key(0)
+    cache_dir: str = outside_results_key('${oc.env:KLUE_TC_CACHE,"~/.cache/klue_tc"}')
+
+    def checks(self) -> list[Check]:
+        return [
+            (self.limit is None or self.limit > 0, f"data.limit must be positive, got {self.limit}"),
+            at_least("data.batch_size", self.batch_size, 1),
+            at_least("data.eval_batch_size", self.eval_batch_size, 1),
+        ]
 
 
 @dataclass
 class TokenizerConfig:
-    name: TokenizerKind = TokenizerKind.sentencepiece
-    vocab_size: int = 6000
-    model_type: str = "unigram"
-    character_coverage: float = 0.9995
-    min_freq: int = 2
+    """Keys every tokenizer has; each tokenizer's dataclass adds its own (klue_tc/tokenizers/)."""
+
+    name: str = MISSING
     max_length: int = 128
-    model_path: Optional[str] = None
-    hub_repo: str = "skt/kobert-base-v1"
-    sampling_alpha: float = 0.0
+
+    def checks(self) -> list[Check]:
+        return [at_least("tokenizer.max_length", self.max_length, 3)]  # [CLS], one piece, [SEP]
 
 
 @dataclass
 class EncoderConfig:
-    name: EncoderKind = EncoderKind.transformer
+    """Keys every encoder has (the attention stack and its embeddings); each variant's dataclass
+    adds the keys of what it puts beside or instead of the FFN (klue_tc/models/encoders/)."""
+
+    name: str = MISSING
     layers: int = 3
     ln: LayerNormPlacement = LayerNormPlacement.post
     d_model: int = 256
     heads: int = 4
-    ffn_dim: int = 512
-    ffn_activation: FFNActivation = FFNActivation.relu
-    conv_channels: int = 256
-    conv_kernel: int = 3
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+    dropout: float = 0.1  # embeddings and every residual branch
+    attention_dropout: float = 0.0  # on attention probabilities (the original: none)
+    # scaled_sinusoidal (learned gain) | sinusoidal (fixed, the original) | learned | alibi | rotary
     positions: PositionKind = PositionKind.scaled_sinusoidal
     max_positions: int = 512
-    zero_init_residual: bool = True
+    zero_init_residual: bool = True  # residual branches start at zero: a fast, stable start
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("encoder.layers", self.layers, 1),
+            at_least("encoder.d_model", self.d_model, 1),
+            at_least("encoder.heads", self.heads, 1),
+            (
+                self.heads >= 1 and self.d_model % self.heads == 0,
+                f"encoder.d_model ({self.d_model}) must be divisible by encoder.heads ({self.heads})",
+            ),
+            share("encoder.dropout", self.dropout),
+            share("encoder.attention_dropout", self.attention_dropout),
+        ]
 
 
 @dataclass
 class HeadConfig:
-    name: HeadKind = HeadKind.cls
+    name: str = MISSING
     hidden: int = 256
     dropout: float = 0.1
+
+    def checks(self) -> list[Check]:
+        return [at_least("head.hidden", self.hidden, 1), share("head.dropout", self.dropout)]
 
 
 @dataclass
 class AugmentConfig:
-    p: float = 0.0
+    p: float = 0.0  # token masking probability (the original study: 0.15 when on)
     min_len: int = 5
     # > 0: also predict the original token under each [MASK] (an auxiliary masked-LM loss, this
     # weight times its cross-entropy), so the masked titles teach the encoder as well as the head.
@@ -134,9 +176,30 @@ class AugmentConfig:
     random_share: float = 0.0
     keep_share: float = 0.0
     # Masking-ratio decay (Yang et al. 2023, time-variant masking): the probability falls linearly
-    # from `p` at the first step to this at the last, so late training sees titles closer to the
-    # ones it will score; null: `p` throughout.
+    # from `p` at the first step to this at the last; null: `p` throughout.
     p_end: Optional[float] = None
+
+    def checks(self) -> list[Check]:
+        return [
+            share("augment.p", self.p),
+            at_least("augment.mlm_weight", self.mlm_weight, 0.0),
+            (
+                self.mlm_weight == 0.0 or self.p > 0.0,
+                "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too",
+            ),
+            (
+                self.p_end is None or (0.0 <= self.p_end < 1.0 and self.p > 0.0),
+                f"augment.p_end must be in [0, 1) with augment.p > 0 (the masking it ends), got "
+                f"augment.p_end={self.p_end}, augment.p={self.p}",
+            ),
+            share("augment.random_share", self.random_share, closed_top=True),
+            share("augment.keep_share", self.keep_share, closed_top=True),
+            (
+                self.random_share + self.keep_share <= 1.0,
+                f"augment.random_share + augment.keep_share must be at most 1, "
+                f"got {self.random_share} + {self.keep_share}",
+            ),
+        ]
 
 
 @dataclass
@@ -146,40 +209,66 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     warmup_ratio: float = 0.1
     min_warmup_steps: int = 8
-    schedule: str = "cosine"
+    schedule: str = "cosine"  # cosine | linear | constant
     label_smoothing: float = 0.0
     ema_decay: float = 0.995
     # > 0: R-Drop (Liang et al. 2021): two dropout passes per batch, this weight times their
     # symmetric KL divergence added to the mean of their cross-entropies. Doubles a step's cost.
     rdrop_alpha: float = 0.0
-    # Late regularization (after Liu et al. 2023, "Dropout Reduces Underfitting"): token masking,
-    # its masked-LM loss and R-Drop begin at this epoch, so the first epochs fit at full speed.
-    # Together from step 0 they held a 2-epoch run on 3,000 titles near chance (macro-F1 0.14).
+    # Late regularization (after Liu et al. 2023): token masking, its masked-LM loss and R-Drop
+    # begin at this epoch, so the first epochs fit at full speed.
     regularize_from_epoch: int = 0
+
+    def checks(self) -> list[Check]:
+        return [
+            (self.lr > 0, f"optim.lr must be > 0, got {self.lr}"),
+            at_least("optim.weight_decay", self.weight_decay, 0.0),
+            share("optim.warmup_ratio", self.warmup_ratio),
+            one_of("optim.schedule", self.schedule, ("cosine", "linear", "constant")),
+            share("optim.label_smoothing", self.label_smoothing),
+            share("optim.ema_decay", self.ema_decay),
+            at_least("optim.rdrop_alpha", self.rdrop_alpha, 0.0),
+            at_least("optim.regularize_from_epoch", self.regularize_from_epoch, 0),
+        ]
+
+
+# Lightning's names for the accelerators this package supports.
+GPU_ACCELERATORS = ("gpu", "cuda")
+ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
 
 
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
-    accelerator: str = "auto"
-    devices: Any = 1
-    precision: Any = None
+    accelerator: str = outside_results_key("auto")  # auto | cpu | gpu (or cuda); the precision is keyed
+    devices: Any = outside_results_key(1)  # one device per job: sweeps spread jobs over GPUs instead
+    # null: bf16-mixed on a GPU and on CPUs with native bf16 (AMX or AVX-512 BF16), else 32-true.
+    # The results key holds the precision a job resolves to, not this setting.
+    precision: Any = outside_results_key(None)
     gradient_clip_val: float = 1.0
     early_stopping_patience: int = 3
     compile: bool = False
-    progress_bar: str = "auto"
-    log_every_n_steps: int = 20
+    progress_bar: str = outside_results_key("auto")  # auto (rich on a terminal) | rich | none
+    log_every_n_steps: int = outside_results_key(20)
     fast_dev_run: Any = False
     limit_train_batches: Any = None
     deterministic: bool = False
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("trainer.max_epochs", self.max_epochs, 1),
+            at_least("trainer.early_stopping_patience", self.early_stopping_patience, 1),
+            one_of("trainer.accelerator", self.accelerator, ACCELERATORS),
+            one_of("trainer.progress_bar", self.progress_bar, ("auto", "rich", "none")),
+        ]
 
 
 @dataclass
 class WandbConfig:
     project: str = "klue_tc"
     entity: Optional[str] = None
-    mode: str = "offline"
-    group: Optional[str] = None
+    mode: str = "offline"  # offline needs no account; online when asked and possible
+    group: Optional[str] = None  # null: the sweep's name, else the experiment and its config hash
 
 
 @dataclass
@@ -191,138 +280,136 @@ class LoggerConfig:
 @dataclass
 class CVConfig:
     folds: int = 5
-    fold: Optional[int] = None
-    seed: int = 42
+    fold: Optional[int] = outside_results_key(None)  # run only this fold (each fold has its own record)
+    seed: int = 42  # fixed: the same fold assignment on every run and machine
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("cv.folds", self.folds, 2),
+            (
+                self.fold is None or 0 <= self.fold < self.folds,
+                f"cv.fold must be in 0..{self.folds - 1}, got {self.fold}",
+            ),
+        ]
 
 
 @dataclass
 class ResultsConfig:
-    # null: <sweep dir>/results in a multirun, outputs/results beside a single run.
-    dir: Optional[str] = None
-    resume: bool = True
+    dir: Optional[str] = None  # null: <sweep dir>/results in a multirun, outputs/results beside a single run
+    resume: bool = True  # false: retrain even when a finished record exists
+    # Records made by other code (another klue_tc source or library versions) are trained again;
+    # `any` reuses them (a long sweep going on across a fix that does not change the numbers).
+    reuse: str = "same_code"
+
+    def checks(self) -> list[Check]:
+        return [one_of("results.reuse", self.reuse, ("same_code", "any"))]
 
 
 @dataclass
 class RunConfig:
-    experiment: str = "default"
-    sweep: Optional[str] = None
+    experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
+    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; names the W&B group
     seed: int = 42
     data: DataConfig = field(default_factory=DataConfig)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    head: HeadConfig = field(default_factory=HeadConfig)
+    tokenizer: TokenizerConfig = MISSING
+    encoder: EncoderConfig = MISSING
+    head: HeadConfig = MISSING
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: LoggerConfig = outside_results_key(default_factory=LoggerConfig)
     cv: CVConfig = field(default_factory=CVConfig)
-    results: ResultsConfig = field(default_factory=ResultsConfig)
+    results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
 
 
 def job_config(cfg: DictConfig) -> dict:
     """The job's own config, resolved, without Hydra's section."""
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
-                                  enum_to_str=True)
+    return OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True, enum_to_str=True
+    )
 
 
-def validate(cfg: DictConfig) -> RunConfig:
+def typed_schema(user: dict) -> DictConfig:
+    """RunConfig, with each variant group typed by the chosen variant's own dataclass."""
+    from klue_tc.registry import VARIANT_GROUPS
+
+    schema = OmegaConf.structured(RunConfig)
+    for group, registry in VARIANT_GROUPS.items():
+        name = (user.get(group) or {}).get("name")
+        if name is None:
+            raise ConfigError(f"no {group} chosen; valid choices: {', '.join(registry.names())}")
+        schema[group] = OmegaConf.structured(registry[name].config(name=name))
+    return schema
+
+
+def validate(cfg: DictConfig | dict) -> RunConfig:
     """Merge a composed config onto the schema; any mismatch becomes one ConfigError line."""
-    user = job_config(cfg)
+    user = job_config(cfg) if isinstance(cfg, DictConfig) else cfg
+    schema = typed_schema(user)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), user)
-        run: RunConfig = OmegaConf.to_object(merged)
+        run: RunConfig = OmegaConf.to_object(OmegaConf.merge(schema, user))
     except OmegaConfBaseException as err:
-        msg = str(err).splitlines()[0]
-        key = getattr(err, "full_key", None)
-        raise ConfigError(f"bad config value{f' at {key}' if key else ''}: {msg}") from None
-    _check_ranges(run)
+        raise ConfigError(describe_config_error(err, schema)) from None
+    for section in (
+        run.data,
+        run.tokenizer,
+        run.encoder,
+        run.head,
+        run.augment,
+        run.optim,
+        run.trainer,
+        run.cv,
+        run.results,
+    ):
+        for ok, message in section.checks():
+            if not ok:
+                raise ConfigError(message)
     return run
 
 
-# Lightning's names for the accelerators this package supports (the issue's auto|cpu|gpu).
-GPU_ACCELERATORS = ("gpu", "cuda")
-ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
-
-
-def _one_of(name: str, value: Any, choices: tuple) -> tuple[bool, str]:
-    return value in choices, f"{name} must be one of {', '.join(map(str, choices))}; got {value}"
-
-
-def _at_least(name: str, value: float, low: float) -> tuple[bool, str]:
-    return value >= low, f"{name} must be >= {low}, got {value}"
-
-
-def _share(name: str, value: float, closed_top: bool = False) -> tuple[bool, str]:
-    """A rate in [0, 1) (or [0, 1])."""
-    ok = 0.0 <= value <= 1.0 if closed_top else 0.0 <= value < 1.0
-    return ok, f"{name} must be in [0, 1{']' if closed_top else ')'}, got {value}"
-
-
-def _check_ranges(run: RunConfig) -> None:
-    enc, opt, tok, data = run.encoder, run.optim, run.tokenizer, run.data
-    checks = [
-        _at_least("encoder.layers", enc.layers, 1),
-        _at_least("encoder.d_model", enc.d_model, 1),
-        _at_least("encoder.heads", enc.heads, 1),
-        (enc.heads >= 1 and enc.d_model % enc.heads == 0,
-         f"encoder.d_model ({enc.d_model}) must be divisible by encoder.heads ({enc.heads})"),
-        _at_least("encoder.ffn_dim", enc.ffn_dim, 1),
-        _at_least("encoder.conv_kernel", enc.conv_kernel, 1),
-        _share("encoder.dropout", enc.dropout),
-        _share("encoder.attention_dropout", enc.attention_dropout),
-        _at_least("head.hidden", run.head.hidden, 1),
-        _share("head.dropout", run.head.dropout),
-        _at_least("cv.folds", run.cv.folds, 2),
-        (run.cv.fold is None or 0 <= run.cv.fold < run.cv.folds,
-         f"cv.fold must be in 0..{run.cv.folds - 1}, got {run.cv.fold}"),
-        (data.limit is None or data.limit > 0, f"data.limit must be positive, got {data.limit}"),
-        _at_least("data.batch_size", data.batch_size, 1),
-        _at_least("data.eval_batch_size", data.eval_batch_size, 1),
-        _at_least("tokenizer.vocab_size", tok.vocab_size, 1),
-        (0.0 < tok.character_coverage <= 1.0,
-         f"tokenizer.character_coverage must be in (0, 1], got {tok.character_coverage}"),
-        _at_least("tokenizer.max_length", tok.max_length, 3),  # [CLS], one piece, [SEP]
-        _one_of("tokenizer.model_type", tok.model_type, ("unigram", "bpe", "char", "word")),
-        _share("tokenizer.sampling_alpha", tok.sampling_alpha, closed_top=True),
-        (tok.sampling_alpha == 0.0 or tok.name != TokenizerKind.mecab,
-         "tokenizer.sampling_alpha needs a SentencePiece tokenizer (sentencepiece or kobert), not mecab"),
-        (opt.lr > 0, f"optim.lr must be > 0, got {opt.lr}"),
-        _at_least("optim.weight_decay", opt.weight_decay, 0.0),
-        _share("optim.warmup_ratio", opt.warmup_ratio),
-        _one_of("optim.schedule", opt.schedule, ("cosine", "linear", "constant")),
-        _share("optim.label_smoothing", opt.label_smoothing),
-        _share("optim.ema_decay", opt.ema_decay),
-        _at_least("optim.rdrop_alpha", opt.rdrop_alpha, 0.0),
-        _at_least("optim.regularize_from_epoch", opt.regularize_from_epoch, 0),
-        _share("augment.p", run.augment.p),
-        _at_least("augment.mlm_weight", run.augment.mlm_weight, 0.0),
-        (run.augment.mlm_weight == 0.0 or run.augment.p > 0.0,
-         "augment.mlm_weight needs masked tokens to predict: set augment.p > 0 too"),
-        (run.augment.p_end is None or (0.0 <= run.augment.p_end < 1.0 and run.augment.p > 0.0),
-         f"augment.p_end must be in [0, 1) with augment.p > 0 (the masking it ends), got "
-         f"augment.p_end={run.augment.p_end}, augment.p={run.augment.p}"),
-        _share("augment.random_share", run.augment.random_share, closed_top=True),
-        _share("augment.keep_share", run.augment.keep_share, closed_top=True),
-        (run.augment.random_share + run.augment.keep_share <= 1.0,
-         f"augment.random_share + augment.keep_share must be at most 1, got "
-         f"{run.augment.random_share} + {run.augment.keep_share}"),
-        _at_least("trainer.max_epochs", run.trainer.max_epochs, 1),
-        _at_least("trainer.early_stopping_patience", run.trainer.early_stopping_patience, 1),
-        _one_of("trainer.accelerator", run.trainer.accelerator, ACCELERATORS),
-        _one_of("trainer.progress_bar", run.trainer.progress_bar, ("auto", "rich", "none")),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
+def describe_config_error(err: OmegaConfBaseException, schema: DictConfig) -> str:
+    """One line for a bad value or key, with the nearest valid key for a misspelt one."""
+    msg = str(err).splitlines()[0]
+    key = getattr(err, "full_key", None)
+    line = f"bad config value{f' at {key}' if key else ''}: {msg}"
+    if isinstance(err, ConfigKeyError) and key:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(schema, parent) if parent else schema
+        if node is not None and hasattr(node, "keys"):
+            close = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1)
+            if close:
+                line = f"unknown config key {key}; did you mean {(parent + '.') if parent else ''}{close[0]}?"
+    return line
 
 
 def register_schemas() -> None:
-    """Put the schemas under every config group as `_schema`, the first entry of its defaults."""
+    """The schema under `_schema`, and every group's options from the dataclasses: the single-option
+    groups under their name, each registered variant under its own."""
     from hydra.core.config_store import ConfigStore
+
+    from klue_tc.registry import VARIANT_GROUPS
 
     store = ConfigStore.instance()
     store.store(name="_schema", node=RunConfig)
-    for group, node in [("data", DataConfig), ("tokenizer", TokenizerConfig), ("encoder", EncoderConfig),
-                        ("head", HeadConfig), ("optim", OptimConfig), ("trainer", TrainerConfig),
-                        ("logger", LoggerConfig)]:
-        store.store(group=group, name="_schema", node=node)
+    for group, name, node in [
+        ("data", "ynat", DataConfig()),
+        ("optim", "adamw", OptimConfig()),
+        ("trainer", "default", TrainerConfig()),
+    ]:
+        store.store(group=group, name=name, node=node)
+    for kind in LoggerKind:
+        store.store(group="logger", name=kind.value, node=LoggerConfig(name=kind))
+    for group, registry in VARIANT_GROUPS.items():
+        for name in registry.names():
+            store.store(group=group, name=name, node=registry[name].config(name=name))
+
+
+def keyed_settings(config: Any) -> Any:
+    """The settings that can change a trained model's numbers, as plain values (for hashing)."""
+    if is_dataclass(config):
+        return {f.name: keyed_settings(getattr(config, f.name)) for f in fields(config) if in_results_key(f)}
+    if isinstance(config, (list, tuple)):
+        return [keyed_settings(v) for v in config]
+    if isinstance(config, dict):
+        return {k: keyed_settings(v) for k, v in config.items()}
+    return config.value if isinstance(config, Enum) else config

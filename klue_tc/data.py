@@ -3,6 +3,7 @@
 Every problem with an input file is reported as one `DataError` line naming the file and the
 line (record, for a JSON list) or column; nothing is silently dropped or altered.
 """
+
 from __future__ import annotations
 
 import csv
@@ -10,13 +11,18 @@ import hashlib
 import importlib
 import io
 import json
+import logging
+import lzma
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from klue_tc.config import DataConfig
 from klue_tc.errors import DataError, ResourceError
+
+log = logging.getLogger(__name__)
 
 # Hugging Face `klue/klue` `ynat` label order.
 LABEL_NAMES: tuple[str, ...] = ("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치")
@@ -34,7 +40,7 @@ class LabelledTitles:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def subset(self, indices: np.ndarray) -> "LabelledTitles":
+    def subset(self, indices: np.ndarray) -> LabelledTitles:
         return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source)
 
     def fingerprint(self) -> str:
@@ -51,12 +57,25 @@ class LabelledTitles:
         return {name: int(count) for name, count in zip(LABEL_NAMES, counts)}
 
 
-def read_labelled_file(path: str | Path) -> LabelledTitles:
-    """KLUE json, jsonl, csv or tsv with a title and a label column (id 0-6 or Korean name)."""
+def read_labelled_file(
+    path: str | Path, title_column: str | None = None, label_column: str | None = None
+) -> LabelledTitles:
+    """KLUE json, jsonl, csv or tsv (or any of them xz-compressed) with a title and a label column
+    (id 0-6 or Korean name); a UTF-8 BOM and Windows line ends are fine."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; pass the file inside it (e.g. {path}/train.tsv)")
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     raw = path.read_bytes()
+    if path.suffix == ".xz":
+        try:
+            raw = lzma.decompress(raw)
+        except lzma.LZMAError as err:
+            raise DataError(f"{path}: damaged xz file ({err})") from None
+        path_for_type = path.with_suffix("")
+    else:
+        path_for_type = path
     if not raw.strip():
         raise DataError(f"{path}: file is empty")
     try:
@@ -64,13 +83,15 @@ def read_labelled_file(path: str | Path) -> LabelledTitles:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
-    frame, locations = _parse(path, text)
-    return from_frame(frame, source=str(path), locations=locations)
+    frame, locations = _parse(path_for_type, text, str(path))
+    return from_frame(
+        frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
+    )
 
 
-def _parse(path: Path, text: str) -> tuple[pd.DataFrame, list[str]]:
+def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[str]]:
     """The file's records, and where each one is in the file (for error messages)."""
-    suffix = path.suffix.lower()
+    suffix, path = typed_path.suffix.lower(), name
     if suffix == ".jsonl":
         records, locations = [], []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -128,28 +149,48 @@ def _raise_first_problem(path: Path, text: str, sep: str) -> None:
             if not row:  # a blank line
                 continue
             if last_line != first_line:  # titles are one line: a newline inside one means an unclosed quote
-                raise DataError(f"{path}: line {first_line}: a quote (\") opened here closes on line {last_line}; "
-                                "a title with a quote in it must be quoted, its quotes doubled")
+                raise DataError(
+                    f'{path}: line {first_line}: a quote (") opened here closes on line {last_line}; '
+                    "a title with a quote in it must be quoted, its quotes doubled"
+                )
             if len(row) != len(header):
-                hint = (f"a title that holds a {separator_name} must be quoted" if len(row) > len(header)
-                        else f"the fields must be separated by a {separator_name}")
-                raise DataError(f"{path}: line {last_line}: {len(row)} field(s), expected {len(header)} "
-                                f"({', '.join(header)}); {hint}")
+                hint = (
+                    f"a title that holds a {separator_name} must be quoted"
+                    if len(row) > len(header)
+                    else f"the fields must be separated by a {separator_name}"
+                )
+                raise DataError(
+                    f"{path}: line {last_line}: {len(row)} field(s), expected {len(header)} "
+                    f"({', '.join(header)}); {hint}"
+                )
     except csv.Error as err:
         reason = str(err).replace("\t", "tab")  # "'\t' expected after '\"'" printed a raw tab
-        raise DataError(f"{path}: line {last_line + 1}: bad quoting ({reason}); a title with a quote (\") in it "
-                        "must be quoted, its quotes doubled") from None
+        raise DataError(
+            f'{path}: line {last_line + 1}: bad quoting ({reason}); a title with a quote (") in it '
+            "must be quoted, its quotes doubled"
+        ) from None
     raise AssertionError(f"{path}: no problem found on the second reading")  # unreachable: a bug if seen
 
 
-def from_frame(frame: pd.DataFrame, source: str, locations: list[str] | None = None) -> LabelledTitles:
+def from_frame(
+    frame: pd.DataFrame,
+    source: str,
+    locations: list[str] | None = None,
+    title_column: str | None = None,
+    label_column: str | None = None,
+) -> LabelledTitles:
     """Titles and label ids from a frame; `locations` names each row in error messages (default
-    "row N")."""
+    "row N"); the columns are the given ones, else the first of TEXT_COLUMNS and LABEL_COLUMNS."""
     if frame.empty:
         raise DataError(f"{source}: no data rows")
+    frame = frame.rename(columns=lambda c: str(c).strip())  # "label " in a hand-made header
     where = (lambda row: locations[row]) if locations else (lambda row: f"row {row + 1}")
-    text_col = _pick_column(frame, TEXT_COLUMNS, source, "title")
-    label_col = _pick_column(frame, LABEL_COLUMNS, source, "label")
+    text_col = _pick_column(
+        frame, (title_column,) if title_column else TEXT_COLUMNS, source, "title", "data.title_column"
+    )
+    label_col = _pick_column(
+        frame, (label_column,) if label_column else LABEL_COLUMNS, source, "label", "data.label_column"
+    )
     texts = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
     empty = np.flatnonzero(texts.str.strip().eq("").to_numpy())
     if len(empty):
@@ -167,12 +208,13 @@ def from_frame(frame: pd.DataFrame, source: str, locations: list[str] | None = N
     return LabelledTitles(texts.str.strip().tolist(), labels.to_numpy(dtype=np.int64), source)
 
 
-def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str) -> str:
+def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str, override: str) -> str:
     for name in candidates:
         if name in frame.columns:
             return name
     raise DataError(
-        f"{source}: no {what} column (expected one of {', '.join(candidates)}; found {', '.join(map(str, frame.columns))})"
+        f"{source}: no {what} column (expected {' or '.join(candidates)}; found {', '.join(map(str, frame.columns))}); "
+        f"name yours with {override}="
     )
 
 
@@ -208,6 +250,41 @@ def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
         raise ResourceError(f"{repo}: no {config}/{split} parquet files on the hub; pass data.path= instead")
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}")
+
+
+BUNDLED_TRAIN = Path(__file__).parent / "resources" / "ynat-v1.1-train.tsv.xz"
+BUNDLED_TRAIN_SHA256 = "6230d4cfaf127306b21be363e4220c930f4e0a1bc657ae14361bdd596226873d"  # of the .tsv inside
+
+
+def training_titles(cfg: DataConfig) -> LabelledTitles:
+    """`data.path`, else KLUE YNAT train from the hub, else (offline, nothing cached) the copy
+    bundled with klue_tc, with one line saying so."""
+    if cfg.path:
+        return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column)
+    try:
+        return load_hub_split(cfg.hub_repo, cfg.hub_config, "train")
+    except ResourceError as err:
+        log.warning(
+            "%s; using the KLUE YNAT v1.1 train split bundled with klue_tc (%s, CC BY-SA 4.0)",
+            str(err).split(";")[0],
+            BUNDLED_TRAIN.name,
+        )
+        return read_labelled_file(BUNDLED_TRAIN)
+
+
+def validation_titles(cfg: DataConfig) -> LabelledTitles | None:
+    """`data.validation_path`; with neither it nor `data.path` set, the hub's validation split
+    (which has no bundled copy: offline, pass data.validation_path= to score one)."""
+    if cfg.validation_path:
+        return read_labelled_file(cfg.validation_path, cfg.title_column, cfg.label_column)
+    if cfg.path is None:
+        try:
+            return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation")
+        except ResourceError as err:
+            log.warning(
+                "%s; no validation set is scored (pass data.validation_path= to score one)", str(err).split(";")[0]
+            )
+    return None
 
 
 def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> LabelledTitles:

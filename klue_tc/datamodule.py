@@ -4,6 +4,7 @@ Titles are short (mean ~18 KoBERT pieces, longest ~33 on YNAT), so padding each 
 longest title, and grouping similar lengths into a batch, removes most of the padded work the
 original notebook did. Buckets are re-drawn and shuffled every epoch, so training stays random.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,7 @@ from klue_tc.tokenizers import EncodedTitles
 class PaddedBatches(Dataset):
     """Indexed by a list of title indices (from a batch sampler); returns one padded batch."""
 
-    def __init__(self, encoded: EncodedTitles, labels: Optional[np.ndarray], pad_id: int,
-                 pad_to: Optional[int] = None):
+    def __init__(self, encoded: EncodedTitles, labels: Optional[np.ndarray], pad_id: int, pad_to: Optional[int] = None):
         self.ids, self.offsets, self.lengths = encoded.ids, encoded.offsets, encoded.lengths
         self.labels, self.pad_id, self.pad_to = labels, pad_id, pad_to
 
@@ -37,8 +37,10 @@ class PaddedBatches(Dataset):
         real = positions < lengths[:, None]
         gather = np.minimum(self.offsets[indices][:, None] + positions, len(self.ids) - 1)
         input_ids = np.where(real, self.ids[gather], self.pad_id)
-        batch = {"input_ids": torch.from_numpy(input_ids.astype(np.int64)),
-                 "index": torch.from_numpy(indices.astype(np.int64))}
+        batch = {
+            "input_ids": torch.from_numpy(input_ids.astype(np.int64)),
+            "index": torch.from_numpy(indices.astype(np.int64)),
+        }
         if self.labels is not None:
             batch["labels"] = torch.from_numpy(self.labels[indices].astype(np.int64))
         return batch
@@ -47,8 +49,15 @@ class PaddedBatches(Dataset):
 class BucketBatchSampler(Sampler[list[int]]):
     """Shuffle, sort by length within pools of `multiplier` batches, cut, shuffle the batches."""
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0,
-                 bucketing: bool = True, multiplier: int = 50):
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        bucketing: bool = True,
+        multiplier: int = 50,
+    ):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.bucketing, self.pool = bucketing, batch_size * multiplier
         self.seed, self.epoch = seed, 0
@@ -69,11 +78,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         if self.bucketing:
             if self.shuffle:
-                pools = [order[i:i + self.pool] for i in range(0, len(order), self.pool)]
+                pools = [order[i : i + self.pool] for i in range(0, len(order), self.pool)]
                 order = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in pools])
             else:  # evaluation: one global sort gives the least padding
                 order = order[np.argsort(self.lengths[order], kind="stable")]
-        batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
         if self.shuffle and self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         yield from batches
@@ -87,16 +96,25 @@ class EncodedSplit:
     resample: Optional[Callable[[int], EncodedTitles]] = None
 
 
-def make_loader(split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0,
-                pad_to: Optional[int] = None) -> DataLoader:
+def make_loader(
+    split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0, pad_to: Optional[int] = None
+) -> DataLoader:
     sampler = BucketBatchSampler(
-        split.encoded.lengths, cfg.batch_size if train else cfg.eval_batch_size, shuffle=train,
-        seed=seed, bucketing=cfg.bucketing, multiplier=cfg.bucket_size_multiplier,
+        split.encoded.lengths,
+        cfg.batch_size if train else cfg.eval_batch_size,
+        shuffle=train,
+        seed=seed,
+        bucketing=cfg.bucketing,
+        multiplier=cfg.bucket_size_multiplier,
     )
     dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to)
     return DataLoader(
-        dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
-        persistent_workers=cfg.num_workers > 0, pin_memory=torch.cuda.is_available(),
+        dataset,
+        sampler=sampler,
+        batch_size=None,
+        num_workers=cfg.num_workers,
+        persistent_workers=cfg.num_workers > 0,
+        pin_memory=torch.cuda.is_available(),
     )
 
 
@@ -116,8 +134,9 @@ class FoldDataModule(L.LightningDataModule):
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         split = EncodedSplit(self.train.resample(epoch), self.train.labels)
-        return make_loader(split, self.cfg, self.pad_id, train=True, seed=self.seed,
-                           pad_to=int(split.encoded.lengths.max()))
+        return make_loader(
+            split, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=int(split.encoded.lengths.max())
+        )
 
     def val_dataloader(self) -> DataLoader:
         return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)

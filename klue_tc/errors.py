@@ -1,4 +1,5 @@
 """User-facing errors: each is reported as one line and a non-zero exit, never a traceback."""
+
 from __future__ import annotations
 
 import sys

@@ -1,131 +1,46 @@
-"""Scoring a labelled validation set with the fold ensemble and with each fold alone."""
+"""Scoring a labelled validation set with each fold's model alone and with the fold ensemble."""
+
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from klue_tc.data import LABEL_NAMES, NUM_CLASSES, LabelledTitles
-from klue_tc.inference import fold_probs
+from klue_tc.inference import ensemble_probs, fold_probs
+from klue_tc.records import FoldResult, ValidationScore
 
 
-def score_validation(records: list[dict], validation: LabelledTitles, out_dir: Path, batch_size: int = 512) -> dict:
-    per_fold = fold_probs(records, validation.texts, batch_size)
-    ensemble = np.mean(per_fold, axis=0)  # averaged probabilities of the fold models
-    predicted = ensemble.argmax(1)
-    truth = validation.labels
+def score_predictions(truth: np.ndarray, predicted: np.ndarray, source: str) -> ValidationScore:
     per_class = f1_score(truth, predicted, average=None, labels=range(NUM_CLASSES), zero_division=0)
-    save_confusion_matrix(truth, predicted, out_dir / "confusion_matrix.png")
+    return ValidationScore(
+        f1=float(f1_score(truth, predicted, average="macro")),
+        accuracy=float(accuracy_score(truth, predicted)),
+        size=len(truth),
+        source=source,
+        per_class_f1={name: float(v) for name, v in zip(LABEL_NAMES, per_class)},
+    )
+
+
+def score_fold(record: FoldResult, validation: LabelledTitles, batch_size: int = 512) -> ValidationScore:
+    """One fold's best model alone on the validation titles (a sweep job's validation score)."""
+    probs = fold_probs([record], validation.texts, batch_size)[0]
+    return score_predictions(validation.labels, probs.argmax(1), validation.source)
+
+
+def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:
+    """The fold ensemble (averaged probabilities) on the validation titles: what the run predicts."""
+    predicted = ensemble_probs(records, validation.texts, batch_size).argmax(1)
+    score = score_predictions(validation.labels, predicted, validation.source)
     return {
-        "validation_f1": float(f1_score(truth, predicted, average="macro")),
-        "validation_accuracy": float(accuracy_score(truth, predicted)),
-        "validation_per_class_f1": {name: float(v) for name, v in zip(LABEL_NAMES, per_class)},
+        "validation_f1": score.f1,
+        "validation_accuracy": score.accuracy,
+        "validation_per_class_f1": score.per_class_f1,
         "validation_fold_f1": [
-            {"fold": r["fold"], "f1": float(f1_score(truth, p.argmax(1), average="macro")),
-             "accuracy": float(accuracy_score(truth, p.argmax(1)))}
-            for r, p in zip(records, per_fold)
+            {"fold": r.fold, "f1": r.validation.f1, "accuracy": r.validation.accuracy} for r in records if r.validation
         ],
-        "validation_size": len(validation),
-        "validation_source": validation.source,
+        "validation_size": score.size,
+        "validation_source": score.source,
+        "validation_confusion_matrix": confusion_matrix(
+            validation.labels, predicted, labels=range(NUM_CLASSES)
+        ).tolist(),
     }
-
-
-def save_confusion_matrix(truth: np.ndarray, predicted: np.ndarray, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib import font_manager
-    from sklearn.metrics import ConfusionMatrixDisplay
-
-    # Korean label names need a Hangul font; fall back to class ids where none is installed.
-    hangul = any("CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist)
-    labels = list(LABEL_NAMES) if hangul else [f"{i}" for i in range(NUM_CLASSES)]
-    matrix = confusion_matrix(truth, predicted, labels=range(NUM_CLASSES))
-    fig, ax = plt.subplots(figsize=(7, 6))
-    ConfusionMatrixDisplay(matrix, display_labels=labels).plot(ax=ax, colorbar=False, cmap="Blues")
-    if not hangul:
-        ax.set_title("ids: " + ", ".join(f"{i} {n}" for i, n in enumerate(["IT/sci", "econ", "society", "life/culture", "world", "sports", "politics"])), fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def macro_f1_from_counts(counts: np.ndarray) -> np.ndarray:
-    """Macro-F1 of each (..., classes, classes) confusion count matrix (truth by row), averaged
-    over the classes present in its truth or predictions, as scikit-learn's f1_score does."""
-    true_positives = np.diagonal(counts, axis1=-2, axis2=-1)
-    support_plus_predicted = counts.sum(-1) + counts.sum(-2)  # 2 tp + fp + fn
-    present = support_plus_predicted > 0
-    f1 = np.divide(2 * true_positives, support_plus_predicted, out=np.zeros(true_positives.shape), where=present)
-    return f1.sum(-1) / present.sum(-1)
-
-
-def paired_bootstrap_f1_difference(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np.ndarray,
-                                   resamples: int = 1000, seed: int = 0, chunk: int = 100) -> dict:
-    """Macro-F1 of A minus that of B on the same titles, with a 95 % interval from resampling the
-    titles (both models scored on each resample, so the interval is of the paired difference).
-    Each resample's F1 comes from its confusion counts, `chunk` resamples per bincount, instead
-    of 2 x `resamples` calls to f1_score (0.09 s against 7.7 s on 4,568 titles; the same intervals)."""
-    truth, predicted_a, predicted_b = map(np.asarray, (truth, predicted_a, predicted_b))
-    classes = int(max(truth.max(), predicted_a.max(), predicted_b.max())) + 1
-    rng = np.random.default_rng(seed)
-    differences = []
-    for start in range(0, resamples, chunk):
-        rows = rng.integers(0, len(truth), (min(chunk, resamples - start), len(truth)))
-        differences.append(_resampled_macro_f1(truth, predicted_a, rows, classes)
-                           - _resampled_macro_f1(truth, predicted_b, rows, classes))
-    differences = np.concatenate(differences)
-    low, high = np.percentile(differences, [2.5, 97.5])
-    return {"difference": float(f1_score(truth, predicted_a, average="macro") - f1_score(truth, predicted_b, average="macro")),
-            "low": float(low), "high": float(high), "share_a_better": float(np.mean(differences > 0))}
-
-
-def agreement_shares(truth: np.ndarray, predicted_a: np.ndarray, predicted_b: np.ndarray) -> dict:
-    """Where two models are right and wrong on the same titles, as shares of the titles. Their F1
-    gap can only come from the titles one of them gets right alone; `both_wrong_alike` (both give
-    the same wrong class) bounds what either can gain on a test set labelled like the training set."""
-    truth, predicted_a, predicted_b = map(np.asarray, (truth, predicted_a, predicted_b))
-    right_a, right_b = predicted_a == truth, predicted_b == truth
-    return {"both_right": float(np.mean(right_a & right_b)), "only_a_right": float(np.mean(right_a & ~right_b)),
-            "only_b_right": float(np.mean(~right_a & right_b)), "both_wrong": float(np.mean(~right_a & ~right_b)),
-            "both_wrong_alike": float(np.mean(~right_a & ~right_b & (predicted_a == predicted_b)))}
-
-
-# Character 1-3-grams within words, tf damped: the features of the TF-IDF + SVM baseline
-# (scripts/tfidf_baseline.py), so "alike" below means alike as that baseline sees titles.
-CHAR_NGRAM_TFIDF = {"analyzer": "char_wb", "ngram_range": (1, 3), "sublinear_tf": True}
-
-
-def nearest_title_similarity(reference_texts: list[str], texts: list[str], chunk: int = 512) -> np.ndarray:
-    """For each title, the cosine similarity of its character 1-3-gram TF-IDF vector to that of the
-    most alike reference (training) title: 1 for a repeat, low for a title unlike any seen."""
-    vectorizer = TfidfVectorizer(**CHAR_NGRAM_TFIDF).fit(reference_texts)
-    reference, queries = vectorizer.transform(reference_texts), vectorizer.transform(texts)
-    # In chunks: one dense row of similarities per title to every reference title would not fit.
-    return np.concatenate([(queries[start:start + chunk] @ reference.T).max(axis=1).toarray().ravel()
-                           for start in range(0, queries.shape[0], chunk)])
-
-
-def macro_f1_by_quantile(truth: np.ndarray, predicted: dict[str, np.ndarray], key: np.ndarray,
-                         quantiles: int = 4) -> list[dict]:
-    """Each model's macro-F1 within each quantile of the titles ordered by `key` (lowest first),
-    with the range of `key` the quantile covers."""
-    truth, key = np.asarray(truth), np.asarray(key)
-    rows = []
-    for part in np.array_split(np.argsort(key, kind="stable"), quantiles):
-        rows.append({"low": float(key[part].min()), "high": float(key[part].max()), "titles": len(part),
-                     **{name: float(f1_score(truth[part], np.asarray(p)[part], average="macro"))
-                        for name, p in predicted.items()}})
-    return rows
-
-
-def _resampled_macro_f1(truth: np.ndarray, predicted: np.ndarray, rows: np.ndarray, classes: int) -> np.ndarray:
-    """Macro-F1 on each row of `rows` (title indices drawn with replacement)."""
-    cells = classes * classes
-    codes = (truth * classes + predicted)[rows] + cells * np.arange(len(rows))[:, None]
-    counts = np.bincount(codes.ravel(), minlength=cells * len(rows)).reshape(len(rows), classes, classes)
-    return macro_f1_from_counts(counts)

@@ -1,4 +1,5 @@
 """Class probabilities from trained fold models, alone or as an ensemble."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 from klue_tc.config import DataConfig
 from klue_tc.datamodule import EncodedSplit, make_loader
 from klue_tc.module import TopicClassifierModule
+from klue_tc.records import FoldResult
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, load_tokenizer
 
 
@@ -18,13 +20,20 @@ def default_device() -> torch.device:
 
 
 @torch.inference_mode()
-def predict_probs(module: TopicClassifierModule, tokenizer: Tokenizer, texts: Sequence[str],
-                  batch_size: int = 512, device: torch.device | None = None) -> np.ndarray:
+def predict_probs(
+    module: TopicClassifierModule,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 512,
+    device: torch.device | None = None,
+) -> np.ndarray:
     """(n, classes) probabilities in the order of `texts` (batches are length-sorted inside)."""
     device = device or default_device()
     module.eval().to(device)
     encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
-    loader = make_loader(EncodedSplit(encoded, None), DataConfig(eval_batch_size=batch_size), tokenizer.specials.pad, train=False)
+    loader = make_loader(
+        EncodedSplit(encoded, None), DataConfig(eval_batch_size=batch_size), tokenizer.specials.pad, train=False
+    )
     chunks = []
     for batch in loader:
         logits = module(batch["input_ids"].to(device))
@@ -35,15 +44,14 @@ def predict_probs(module: TopicClassifierModule, tokenizer: Tokenizer, texts: Se
     return probs
 
 
-def load_fold(record: dict, device: torch.device | None = None) -> tuple[TopicClassifierModule, Tokenizer]:
-    checkpoint = record.get("checkpoint")
-    if not checkpoint or not Path(checkpoint).is_file():
-        raise FileNotFoundError(f"fold {record.get('fold')}: checkpoint {checkpoint} is missing")
-    module = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location=device or default_device())
-    return module, load_tokenizer(record["tokenizer_dir"])
+def load_fold(record: FoldResult, device: torch.device | None = None) -> tuple[TopicClassifierModule, Tokenizer]:
+    if not record.checkpoint or not Path(record.checkpoint).is_file():
+        raise FileNotFoundError(f"fold {record.fold}: checkpoint {record.checkpoint} is missing")
+    module = TopicClassifierModule.load_from_checkpoint(record.checkpoint, map_location=device or default_device())
+    return module, load_tokenizer(record.tokenizer_dir)
 
 
-def fold_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512) -> list[np.ndarray]:
+def fold_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = 512) -> list[np.ndarray]:
     """Each fold model's probabilities, each through its own fold's tokenizer."""
     out = []
     for record in records:
@@ -52,6 +60,6 @@ def fold_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512)
     return out
 
 
-def ensemble_probs(records: list[dict], texts: Sequence[str], batch_size: int = 512) -> np.ndarray:
+def ensemble_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = 512) -> np.ndarray:
     """The fold models' averaged probabilities: what a run predicts."""
     return np.mean(fold_probs(records, texts, batch_size), axis=0)

@@ -1,4 +1,5 @@
 """LightningModule: loss, token-masking augmentation, torchmetrics F1/accuracy, AdamW + schedule."""
+
 from __future__ import annotations
 
 import math
@@ -19,15 +20,18 @@ from klue_tc.data import NUM_CLASSES
 from klue_tc.errors import ConfigError
 from klue_tc.models import build_classifier
 from klue_tc.models.masked_lm import MaskedLMHead
+from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
-
 
 MLM_ROW_BUCKET = 256
 
 
 def _metrics(prefix: str) -> MetricCollection:
     return MetricCollection(
-        {"f1": MulticlassF1Score(NUM_CLASSES, average="macro"), "accuracy": MulticlassAccuracy(NUM_CLASSES, average="micro")},
+        {
+            "f1": MulticlassF1Score(NUM_CLASSES, average="macro"),
+            "accuracy": MulticlassAccuracy(NUM_CLASSES, average="micro"),
+        },
         prefix=prefix,
     )
 
@@ -44,8 +48,9 @@ def masking_probability(p: float, p_end: float | None, progress: float) -> float
     return p if p_end is None else p + (p_end - p) * min(1.0, max(0.0, progress))
 
 
-def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+def pick_tokens(
+    input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Which tokens the original study's augmentation hides: in titles of at least `min_len`
     tokens, each real non-special token with probability p."""
     real = ~_any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
@@ -54,9 +59,15 @@ def pick_tokens(input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len
     return real & long_enough & draw
 
 
-def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: SpecialIds, vocab_size: int,
-                   random_share: float = 0.0, keep_share: float = 0.0,
-                   generator: torch.Generator | None = None) -> torch.Tensor:
+def corrupt_picked(
+    input_ids: torch.Tensor,
+    picked: torch.Tensor,
+    specials: SpecialIds,
+    vocab_size: int,
+    random_share: float = 0.0,
+    keep_share: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """The picked tokens as training shows them: all [MASK] (the original study), or BERT's
     scheme: `random_share` of them a random piece, `keep_share` as they were, the rest [MASK]."""
     if random_share == 0 and keep_share == 0:
@@ -66,16 +77,21 @@ def corrupt_picked(input_ids: torch.Tensor, picked: torch.Tensor, specials: Spec
     random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
     # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
     drawn_special = _any_of(random_ids, astuple(specials))
-    shown = torch.where(draw < random_share, torch.where(drawn_special, input_ids, random_ids),
-                        torch.where(draw < random_share + keep_share, input_ids, specials.mask))
+    shown = torch.where(
+        draw < random_share,
+        torch.where(drawn_special, input_ids, random_ids),
+        torch.where(draw < random_share + keep_share, input_ids, specials.mask),
+    )
     return torch.where(picked, shown, input_ids)
 
 
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
     """R-Drop's regulariser: (KL(a||b) + KL(b||a)) / 2, averaged over the batch."""
     log_a, log_b = F.log_softmax(logits_a.float(), -1), F.log_softmax(logits_b.float(), -1)
-    return 0.5 * (F.kl_div(log_a, log_b, log_target=True, reduction="batchmean")
-                  + F.kl_div(log_b, log_a, log_target=True, reduction="batchmean"))
+    return 0.5 * (
+        F.kl_div(log_a, log_b, log_target=True, reduction="batchmean")
+        + F.kl_div(log_b, log_a, log_target=True, reduction="batchmean")
+    )
 
 
 def warmup_steps(ratio: float, min_steps: int, total_steps: int) -> int:
@@ -105,19 +121,31 @@ class TopicClassifierModule(L.LightningModule):
         self.save_hyperparameters()
         self.specials = SpecialIds(**specials)
         self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
-        self.model = build_classifier(vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES)
+        self.model = build_classifier(
+            vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES
+        )
         self.loss = nn.CrossEntropyLoss(label_smoothing=self.optim_cfg.label_smoothing)
         # Only built when used, so checkpoints without it keep loading.
-        self.mlm_head = (MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
-                         if self.augment_cfg.mlm_weight > 0 else None)
+        self.mlm_head = (
+            MaskedLMHead(self.model.encoder.embeddings.tokens.embedding_dim, vocab_size)
+            if self.augment_cfg.mlm_weight > 0
+            else None
+        )
         self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
         # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
 
     @classmethod
-    def from_configs(cls, vocab_size: int, specials: SpecialIds, encoder: EncoderConfig, head: HeadConfig,
-                     optim: OptimConfig, augment: AugmentConfig) -> "TopicClassifierModule":
+    def from_configs(
+        cls,
+        vocab_size: int,
+        specials: SpecialIds,
+        encoder: EncoderConfig,
+        head: HeadConfig,
+        optim: OptimConfig,
+        augment: AugmentConfig,
+    ) -> TopicClassifierModule:
         return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -134,8 +162,9 @@ class TopicClassifierModule(L.LightningModule):
         if regularize and self.optim_cfg.rdrop_alpha > 0:
             # A second pass draws other dropout masks over the same (masked) titles.
             logits_2 = self(input_ids)
-            loss = (loss + self.loss(logits_2, batch["labels"])) / 2 \
-                + self.optim_cfg.rdrop_alpha * symmetric_kl(logits, logits_2)
+            loss = (loss + self.loss(logits_2, batch["labels"])) / 2 + self.optim_cfg.rdrop_alpha * symmetric_kl(
+                logits, logits_2
+            )
         if self.mlm_head is not None:
             # Before masking starts the head gets a zero loss: every parameter still takes part in
             # the graph, as DistributedDataParallel expects.
@@ -160,8 +189,9 @@ class TopicClassifierModule(L.LightningModule):
     def _unused_head_loss(self) -> torch.Tensor:
         return sum(param.sum() for param in self.mlm_head.parameters()) * 0.0
 
-    def masked_lm_loss(self, states: torch.Tensor, original_ids: torch.Tensor, picked: torch.Tensor,
-                       gather: Optional[bool] = None) -> torch.Tensor:
+    def masked_lm_loss(
+        self, states: torch.Tensor, original_ids: torch.Tensor, picked: torch.Tensor, gather: Optional[bool] = None
+    ) -> torch.Tensor:
         """Cross-entropy of the original tokens at the picked positions (under [MASK], a random
         piece or themselves), scored only there. `gather` (default: on a CPU) runs the head on
         those rows only."""
@@ -214,7 +244,8 @@ class TopicClassifierModule(L.LightningModule):
             (no_decay if param.dim() < 2 or "embeddings" in name else decay).append(param)
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=tuple(cfg.betas),
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
             # Multi-tensor ops instead of a dozen small ops per tensor (6% of an fp32 CPU step). Not
             # `fused`: Lightning refuses gradient clipping with fused optimizers under mixed precision.
             foreach=True,
@@ -227,7 +258,9 @@ class TopicClassifierModule(L.LightningModule):
 
 def _plain(cfg) -> dict:
     """Dataclass to a dict of plain values (enums by value) for hparams."""
-    return {k: (v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
+    return {
+        k: (v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()
+    }
 
 
 def _typed(cls, values: dict, group: str):
@@ -236,14 +269,16 @@ def _typed(cls, values: dict, group: str):
     that version did)."""
     unknown = sorted(set(values) - {f.name for f in fields(cls)})
     if unknown:  # a checkpoint from a version with an option this one does not have
-        raise ConfigError(f"the checkpoint's {group} settings have keys this version of klue_tc does not know: "
-                          f"{', '.join(unknown)}; load it with the version that trained it")
+        raise ConfigError(
+            f"the checkpoint's {group} settings have keys this version of klue_tc does not know: "
+            f"{', '.join(unknown)}; load it with the version that trained it"
+        )
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))
 
 
 def _encoder_cfg(values: dict) -> EncoderConfig:
-    return _typed(EncoderConfig, values, "encoder")
+    return _typed(ENCODERS[values["name"]].config, values, "encoder")
 
 
 def _head_cfg(values: dict) -> HeadConfig:
-    return _typed(HeadConfig, values, "head")
+    return _typed(HEADS[values["name"]].config, values, "head")

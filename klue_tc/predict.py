@@ -1,8 +1,9 @@
 """Topic of new headlines from a finished run: the average of its fold models' probabilities.
 
-    python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성전자, 새 반도체 공장 착공"
-    python -m klue_tc.predict RUN_DIR --file titles.txt --json
+python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성전자, 새 반도체 공장 착공"
+python -m klue_tc.predict RUN_DIR --file titles.txt --json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,7 @@ from typing import Optional, Sequence
 
 from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
+from klue_tc.records import FoldResult
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,9 @@ class PredictError(KlueTcError):
     """The run directory or the titles cannot be used for prediction."""
 
 
-def fold_records(run_dir: str | Path) -> list[dict]:
-    """The run's fold records whose checkpoint is on disk; at least one, or a one-line error."""
+def fold_records(run_dir: str | Path, available_only: bool = False) -> list[FoldResult]:
+    """The run's fold records, each with its checkpoint and tokenizer on disk. A fold without them
+    is an error naming it, unless `available_only` asks to ensemble the folds that are there."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise PredictError(f"{run_dir}: no such run directory")
@@ -31,24 +34,31 @@ def fold_records(run_dir: str | Path) -> list[dict]:
     if not metrics_path.is_file():
         jobs = sorted(p.parent for p in run_dir.glob("*/metrics.json"))
         if jobs:  # a sweep directory: its jobs are different configurations, not one model
-            raise PredictError(f"{run_dir} is a sweep directory ({len(jobs)} jobs); pass one job's run directory, "
-                               f"e.g. {jobs[0]}")
+            raise PredictError(
+                f"{run_dir} is a sweep directory ({len(jobs)} jobs); pass one job's run directory, e.g. {jobs[0]}"
+            )
         raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
     try:
-        folds = json.loads(metrics_path.read_text(encoding="utf-8"))["folds"]
+        folds = [FoldResult.from_dict(r) for r in json.loads(metrics_path.read_text(encoding="utf-8"))["folds"]]
     except (ValueError, KeyError, TypeError) as err:
         raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
-    listed = [r for r in folds if r.get("checkpoint")]
-    present = [r for r in listed if Path(r["checkpoint"]).is_file() and Path(r.get("tokenizer_dir") or "").is_dir()]
+    present = [r for r in folds if r.checkpoint and Path(r.checkpoint).is_file() and Path(r.tokenizer_dir).is_dir()]
     if not present:
-        raise ResourceError(f"{run_dir}: no fold checkpoint on disk ({len(listed)} listed in metrics.json)")
-    if len(present) < len(listed):
-        missing = sorted(r["fold"] for r in listed if r not in present)
+        raise ResourceError(f"{run_dir}: no fold checkpoint on disk ({len(folds)} fold(s) in metrics.json)")
+    if len(present) < len(folds):
+        missing = sorted(r.fold for r in folds if r not in present)
+        if not available_only:
+            raise ResourceError(
+                f"{run_dir}: fold(s) {', '.join(map(str, missing))} have no checkpoint or tokenizer on "
+                f"disk; pass --available-folds to ensemble the other {len(present)}"
+            )
         log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))
     return present
 
 
-def predict_titles(run_dir: str | Path, titles: Sequence[str], batch_size: int = 512) -> list[tuple[str, float]]:
+def predict_titles(
+    run_dir: str | Path, titles: Sequence[str], batch_size: int = 512, available_only: bool = False
+) -> list[tuple[str, float]]:
     """(label name, ensemble probability) for each title, in order."""
     titles = [t.strip() for t in titles]
     empty = [i for i, t in enumerate(titles) if not t]
@@ -56,7 +66,7 @@ def predict_titles(run_dir: str | Path, titles: Sequence[str], batch_size: int =
         raise PredictError(f"title {empty[0] + 1} is empty")
     if not titles:
         return []
-    records = fold_records(run_dir)
+    records = fold_records(run_dir, available_only)
     from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
 
     probs = ensemble_probs(records, titles, batch_size)
@@ -71,7 +81,10 @@ def read_titles(path: Path) -> list[str]:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError:
         raise PredictError(f"{path}: undecodable bytes (the file must be UTF-8)") from None
-    return [line.strip() for line in lines if line.strip()]
+    titles = [line.strip() for line in lines if line.strip()]
+    if not titles:
+        raise PredictError(f"{path}: the file is empty (one headline a line expected)")
+    return titles
 
 
 def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]]) -> None:
@@ -94,6 +107,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--file", type=Path, help="UTF-8 text file, one headline a line (blank lines skipped)")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
+    parser.add_argument(
+        "--available-folds",
+        action="store_true",
+        help="ensemble the folds whose checkpoints are on disk when some are missing",
+    )
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch-size must be positive")
@@ -102,7 +120,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         titles = [t.strip() for t in args.titles] + (read_titles(args.file) if args.file else [])
         if not titles:
             raise PredictError("no titles given (pass them as arguments or with --file)")
-        predictions = predict_titles(args.run_dir, titles, args.batch_size)
+        predictions = predict_titles(args.run_dir, titles, args.batch_size, args.available_folds)
     except (KlueTcError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT

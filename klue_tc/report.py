@@ -6,6 +6,7 @@ Every `metrics.json` below the folder is read. In a sweep each job holds one (co
 fold), so fold records are merged by `config_hash` (a fold seen twice counts once) before the
 mean ± sample std of the folds' macro-F1 is taken per configuration.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,25 @@ DESCRIBE = ["tokenizer", "encoder", "ln", "head", "layers"]
 CSV_COLUMNS = [*DESCRIBE, "f1_mean", "f1_std", "folds", "accuracy_mean", "train_samples_per_s"]
 WANDB_COLUMNS = ["encoder", "ln", "layers", "tokenizer", "f1_mean", "f1_std", "folds"]
 # Rows and panels follow the study's order; anything else sorts after, alphabetically.
-ORDER = {name: i for i, name in enumerate(
-    ["sentencepiece", "mecab", "kobert", "transformer", "trans_blstm", "trans_blstm_parallel", "cnn",
-     "post", "pre", "cls", "blstm", "mean"])}
+ORDER = {
+    name: i
+    for i, name in enumerate(
+        [
+            "sentencepiece",
+            "mecab",
+            "kobert",
+            "transformer",
+            "trans_blstm",
+            "trans_blstm_parallel",
+            "cnn",
+            "post",
+            "pre",
+            "cls",
+            "blstm",
+            "mean",
+        ]
+    )
+}
 TABLE_KEY, PLOT_KEY = "f1_table", "f1_by_layers"
 
 
@@ -46,8 +63,16 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
         try:
             metrics = json.loads(path.read_text(encoding="utf-8"))
             config = {key: metrics[key] for key in [*DESCRIBE, "config_hash"]}
-            rows += [{**config, "fold": r["fold"], "f1": r["f1"], "accuracy": r.get("accuracy"),
-                      "train_samples_per_s": r.get("train_samples_per_s")} for r in metrics["folds"]]
+            rows += [
+                {
+                    **config,
+                    "fold": r["fold"],
+                    "f1": r["f1"],
+                    "accuracy": r.get("accuracy"),
+                    "train_samples_per_s": r.get("train_samples_per_s"),
+                }
+                for r in metrics["folds"]
+            ]
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
     if not rows:
@@ -61,17 +86,27 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
 
 def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: fold macro-F1 mean ± sample std (0 for one fold)."""
-    summary = (folds.groupby(["config_hash", *DESCRIBE], sort=False)
-               .agg(f1_mean=("f1", "mean"), f1_std=("f1", "std"), folds=("fold", "nunique"),
-                    accuracy_mean=("accuracy", "mean"), train_samples_per_s=("train_samples_per_s", "mean"))
-               .reset_index())
+    summary = (
+        folds.groupby(["config_hash", *DESCRIBE], sort=False)
+        .agg(
+            f1_mean=("f1", "mean"),
+            f1_std=("f1", "std"),
+            folds=("fold", "nunique"),
+            accuracy_mean=("accuracy", "mean"),
+            train_samples_per_s=("train_samples_per_s", "mean"),
+        )
+        .reset_index()
+    )
     summary["f1_std"] = summary["f1_std"].fillna(0.0)
     # Two configurations that differ only in keys the table does not show (d_model, data, ...)
     # would share a cell; keep the better-covered one rather than pool unrelated folds.
     clashes = summary.duplicated(DESCRIBE, keep=False)
     if clashes.any():
-        log.warning("%d configurations share a table cell with another (they differ in settings the table "
-                    "does not show); each cell keeps the one with most folds", int(clashes.sum()))
+        log.warning(
+            "%d configurations share a table cell with another (they differ in settings the table "
+            "does not show); each cell keeps the one with most folds",
+            int(clashes.sum()),
+        )
         summary = summary.sort_values("folds", ascending=False, kind="stable").drop_duplicates(DESCRIBE)
     return _ordered(summary)[CSV_COLUMNS].reset_index(drop=True)
 
@@ -95,7 +130,8 @@ def f1_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per tokenizer: rows encoder / LN, columns the layer counts present, cells 'mean ± std (n=folds)'."""
     cells = summary.assign(
         row=row_labels(summary),
-        cell=[f"{m:.4f} ± {s:.4f} (n={n})" for m, s, n in zip(summary.f1_mean, summary.f1_std, summary.folds)])
+        cell=[f"{m:.4f} ± {s:.4f} (n={n})" for m, s, n in zip(summary.f1_mean, summary.f1_std, summary.folds)],
+    )
     tables = {}
     for tokenizer, part in cells.groupby("tokenizer", sort=False):
         table = part.pivot(index="row", columns="layers", values="cell")
@@ -109,8 +145,7 @@ def to_markdown(tables: Mapping[str, pd.DataFrame]) -> str:
     lines = ["# F1 comparison: CV macro-F1, mean ± sample std over folds (n = folds)", ""]
     for tokenizer, table in tables.items():
         header = [table.index.name, *[f"{layers} layers" for layers in table.columns]]
-        lines += [f"## tokenizer: {tokenizer}", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * len(header)]
+        lines += [f"## tokenizer: {tokenizer}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join([str(row), *values]) + " |" for row, values in zip(table.index, table.values)]
         lines.append("")
     return "\n".join(lines)
@@ -127,8 +162,9 @@ def plot_f1_by_layers(summary: pd.DataFrame, path: Path) -> Path:
     for ax, tokenizer in zip(axes, tokenizers):
         for row, line in labelled[labelled.tokenizer == tokenizer].groupby("row", sort=False):
             line = line.sort_values("layers")
-            ax.errorbar(line.layers, line.f1_mean, yerr=line.f1_std, marker="o", capsize=3, label=row,
-                        color=colours[row])
+            ax.errorbar(
+                line.layers, line.f1_mean, yerr=line.f1_std, marker="o", capsize=3, label=row, color=colours[row]
+            )
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
@@ -153,8 +189,9 @@ def print_tables(tables: Mapping[str, pd.DataFrame]) -> None:
         console.print(out)
 
 
-def log_to_wandb_run(summary: pd.DataFrame, plot: Path, directory: Path,
-                     wandb_cfg: Optional[Mapping[str, Any]], group: Optional[str]) -> None:
+def log_to_wandb_run(
+    summary: pd.DataFrame, plot: Path, directory: Path, wandb_cfg: Optional[Mapping[str, Any]], group: Optional[str]
+) -> None:
     """One aggregate W&B run holding the table and the plot; a failure is one warning, never fatal."""
     cfg = dict(wandb_cfg or {})
     try:
@@ -165,10 +202,17 @@ def log_to_wandb_run(summary: pd.DataFrame, plot: Path, directory: Path,
             log.warning("W&B online mode asked for but no API key is set; logging the report offline")
             mode = "offline"
         columns = WANDB_COLUMNS if summary["head"].nunique() == 1 else [*WANDB_COLUMNS[:2], "head", *WANDB_COLUMNS[2:]]
-        run = wandb.init(project=cfg.get("project") or "klue_tc", entity=cfg.get("entity"), mode=mode,
-                         dir=str(directory), group=group, job_type="report", name=f"report-{group or directory.name}",
-                         reinit="create_new",
-                         settings=wandb.Settings(console="off", x_disable_stats=True, silent=True))
+        run = wandb.init(
+            project=cfg.get("project") or "klue_tc",
+            entity=cfg.get("entity"),
+            mode=mode,
+            dir=str(directory),
+            group=group,
+            job_type="report",
+            name=f"report-{group or directory.name}",
+            reinit="create_new",
+            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+        )
         try:
             run.log({TABLE_KEY: wandb.Table(dataframe=summary[columns]), PLOT_KEY: wandb.Image(str(plot))})
         finally:
@@ -183,8 +227,12 @@ def _netrc() -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
-def write_report(directory: str | Path, log_to_wandb: bool = False, wandb_cfg: Optional[Mapping[str, Any]] = None,
-                 group: Optional[str] = None) -> pd.DataFrame:
+def write_report(
+    directory: str | Path,
+    log_to_wandb: bool = False,
+    wandb_cfg: Optional[Mapping[str, Any]] = None,
+    group: Optional[str] = None,
+) -> pd.DataFrame:
     """Write report.md, report.csv and f1_by_layers.png into `directory`; return the per-configuration rows."""
     directory = Path(directory)
     summary = summarise_configs(fold_frame(directory))
@@ -207,8 +255,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        write_report(args.directory, log_to_wandb=args.wandb, wandb_cfg={"project": args.project, "mode": args.mode},
-                     group=args.directory.resolve().name)
+        write_report(
+            args.directory,
+            log_to_wandb=args.wandb,
+            wandb_cfg={"project": args.project, "mode": args.mode},
+            group=args.directory.resolve().name,
+        )
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT

@@ -1,64 +1,41 @@
-"""The results store: one JSON record per (configuration, fold), written atomically.
+"""The results store: one `FoldResult` per (configuration, fold), written atomically.
 
-Records are keyed by a stable hash of the resolved configuration without the keys that do not
-change the result (paths, logging, launcher), plus the training data's content hash, so sweeps
-and reruns find finished work wherever the data or outputs live.
+A configuration's key hashes every setting declared to change the numbers (klue_tc/config.py), the
+training titles' content, the tokenizer's model file where it reads one, and the precision the job
+resolves to; so sweeps and reruns find finished work wherever the data or outputs live. A record
+counts as finished only when the code that made it is this code (klue_tc/fingerprint.py), unless
+`results.reuse=any` says to take it anyway.
 """
+
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
-import os
+import logging
 import shutil
-import tempfile
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Iterator, Optional
 
-from klue_tc.config import RunConfig
+from klue_tc.config import RunConfig, keyed_settings
+from klue_tc.records import CodeVersion, FoldResult
 
-# Keys that never change a trained model's numbers.
-IGNORED_SECTIONS = ("experiment", "sweep", "logger", "results")
-IGNORED_KEYS = {
-    "data": ("path", "validation_path", "cache_dir", "num_workers", "eval_batch_size"),
-    "tokenizer": ("model_path", "hub_repo"),
-    "trainer": ("progress_bar", "log_every_n_steps", "devices"),
-    "cv": ("fold",),
-}
+log = logging.getLogger(__name__)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value.value if hasattr(value, "value") else value
+def config_hash(run: RunConfig, data_fingerprint: str, precision: str, tokenizer_identity: Optional[str] = None) -> str:
+    payload = {"config": keyed_settings(run), "data": data_fingerprint, "precision": precision}
+    if tokenizer_identity:
+        payload["tokenizer_model"] = tokenizer_identity
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def result_relevant_config(run: RunConfig) -> dict:
-    config = _plain(asdict(run))
-    for section in IGNORED_SECTIONS:
-        config.pop(section, None)
-    for section, keys in IGNORED_KEYS.items():
-        for key in keys:
-            config[section].pop(key, None)
-    return config
-
-
-def config_hash(run: RunConfig, data_fingerprint: str) -> str:
-    payload = json.dumps({"config": result_relevant_config(run), "data": data_fingerprint}, sort_keys=True)
-    return hashlib.sha1(payload.encode()).hexdigest()[:12]
-
-
-def atomic_write_json(path: Path, payload: Any) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, ensure_ascii=False, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+@dataclass(frozen=True)
+class Lookup:
+    record: Optional[FoldResult]
+    reused_other_code: bool = False  # a record of other code, taken because results.reuse=any
 
 
 class ResultsStore:
@@ -68,14 +45,49 @@ class ResultsStore:
     def _path(self, key: str, fold: int) -> Path:
         return self.root / key / f"fold{fold}.json"
 
-    def get(self, key: str, fold: int) -> Optional[dict]:
+    def read(self, key: str, fold: int) -> Optional[FoldResult]:
+        """The stored record, or None; a damaged one (cut short by a crash or a full disk) is
+        reported in one line and moved aside, so the fold trains again."""
         path = self._path(key, fold)
         if not path.is_file():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            return FoldResult.load(path)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            log.warning("damaged results record %s (%s); the fold trains again", path, type(err).__name__)
+            path.replace(path.with_suffix(".damaged"))
+            return None
 
-    def put(self, key: str, fold: int, record: dict) -> None:
-        atomic_write_json(self._path(key, fold), record)
+    def find(self, key: str, fold: int, code: CodeVersion, reuse_any: bool) -> Lookup:
+        record = self.read(key, fold)
+        if record is None or record.code == code:
+            return Lookup(record)
+        if reuse_any:
+            return Lookup(record, reused_other_code=True)
+        log.info(
+            "fold %d of %s was made by other code (%s, now %s): training it again",
+            fold,
+            key,
+            record.code.label() if record.code else "unknown",
+            code.label(),
+        )
+        return Lookup(None)
+
+    def put(self, key: str, fold: int, record: FoldResult) -> None:
+        record.save(self._path(key, fold))
+
+    @contextlib.contextmanager
+    def claim(self, key: str, fold: int) -> Iterator[None]:
+        """Hold the fold while it trains: a second identical job waits here, then finds the record."""
+        lock = self.root / key / f"fold{fold}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("fold %d of %s is being trained by another job: waiting for it", fold, key)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def training_state_dir(self, key: str, fold: int) -> Path:
         """Where a fold keeps its training state while it trains (the latest epoch's full checkpoint
@@ -86,5 +98,11 @@ class ResultsStore:
         """Called once the fold's record is written: the record and the run folder hold what is kept."""
         shutil.rmtree(self.training_state_dir(key, fold), ignore_errors=True)
 
-    def records(self) -> list[dict]:
-        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.root.glob("*/fold*.json"))]
+    def records(self) -> list[FoldResult]:
+        found = []
+        for path in sorted(self.root.glob("*/fold*.json")):
+            try:
+                found.append(FoldResult.load(path))
+            except (OSError, ValueError, TypeError, KeyError) as err:
+                log.warning("damaged results record %s skipped (%s)", path, type(err).__name__)
+        return found

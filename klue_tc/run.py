@@ -1,63 +1,32 @@
 """One configuration, all requested folds: the job that `python -m klue_tc` runs.
 
-Finished (configuration, fold) records are looked up first, so reruns and resumed sweeps
-skip them without reading data; each newly trained fold is stored atomically as it ends.
+check the inputs -> look up finished folds -> train the missing ones -> score the validation set
+-> write metrics.json -> log the aggregate -> say where it all is.
 """
+
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
+import os
+import shutil
 import time
-import warnings
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from klue_tc.config import DataConfig, RunConfig, TokenizerKind, job_config, validate
-from klue_tc.data import (
-    LabelledTitles, load_hub_split, load_splitters, read_labelled_file, stratified_folds, stratified_subsample,
-)
-from klue_tc.results import ResultsStore, atomic_write_json, config_hash
-from klue_tc.tokenizers import TokenizerCache, kobert_model_file
+from klue_tc.config import LoggerKind, RunConfig, job_config, validate
+from klue_tc.data import stratified_folds
+from klue_tc.fingerprint import code_version
+from klue_tc.preflight import JobInputs, check_inputs
+from klue_tc.records import Describe, FoldResult, atomic_write_json, atomic_write_text, run_metrics
+from klue_tc.results import ResultsStore, config_hash
 
 log = logging.getLogger(__name__)
-
-
-def quiet_libraries() -> None:
-    """Keep job logs to what a user reads: our per-epoch lines, warnings and the result."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-
-
-def data_identity(cfg: DataConfig) -> str:
-    """Cheap content identity of the training data (the file's bytes, or the hub dataset)."""
-    if cfg.path:
-        path = Path(cfg.path).expanduser()
-        if path.is_file():
-            return hashlib.sha1(path.read_bytes()).hexdigest()[:16]
-        return f"missing:{path}"
-    return f"hub:{cfg.hub_repo}/{cfg.hub_config}"
-
-
-def load_training(cfg: DataConfig, seed: int) -> LabelledTitles:
-    data = read_labelled_file(cfg.path) if cfg.path else load_hub_split(cfg.hub_repo, cfg.hub_config, "train")
-    return stratified_subsample(data, cfg.limit, seed)
-
-
-def load_validation(cfg: DataConfig) -> Optional[LabelledTitles]:
-    if cfg.validation_path:
-        return read_labelled_file(cfg.validation_path)
-    if cfg.path is None:
-        return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation")
-    return None
 
 
 def results_root(run: RunConfig) -> Path:
@@ -69,103 +38,42 @@ def results_root(run: RunConfig) -> Path:
     return Path("outputs/results")
 
 
-def describe(run: RunConfig) -> dict:
-    return {
-        "experiment": run.experiment, "encoder": run.encoder.name.value, "ln": run.encoder.ln.value,
-        "layers": run.encoder.layers, "head": run.head.name.value, "tokenizer": run.tokenizer.name.value,
-    }
-
-
-def _std(values: list[float]) -> float:
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
-def summarise(run: RunConfig, key: str, records: list[dict]) -> dict:
-    f1 = [r["f1"] for r in records]
-    accuracy = [r["accuracy"] for r in records]
-    speeds = [r["train_samples_per_s"] for r in records if r.get("train_samples_per_s") and not math.isnan(r["train_samples_per_s"])]
-    return {
-        **describe(run),
-        "config_hash": key,
-        "sweep": run.sweep,
-        "folds": records,
-        "cv_folds": run.cv.folds,
-        "cv_f1_mean": float(np.mean(f1)),
-        "cv_f1_std": _std(f1),
-        "cv_accuracy_mean": float(np.mean(accuracy)),
-        "cv_accuracy_std": _std(accuracy),
-        "train_samples_per_s": float(np.mean(speeds)) if speeds else None,
-    }
+def describe(run: RunConfig) -> Describe:
+    return Describe(
+        run.experiment, run.encoder.name, run.encoder.ln.value, run.encoder.layers, run.head.name, run.tokenizer.name
+    )
 
 
 def run_job(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
-    quiet_libraries()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     resolved = job_config(cfg)
     # The config that produced every number in this directory, resolved, beside metrics.json.
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
-
-    key = config_hash(run, data_identity(run.data))
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
     store = ResultsStore(results_root(run))
+    inputs = check_inputs(run, run_dir, store.root)
+    log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
+
+    key, code = results_key(run, inputs), code_version()
     wanted = [run.cv.fold] if run.cv.fold is not None else list(range(run.cv.folds))
-    records = {k: store.get(key, k) for k in wanted} if run.results.resume else {}
-    missing = [k for k in wanted if records.get(k) is None]
-    for k in wanted:
-        if k not in missing:
-            log.info("fold %d of %s already finished (%s): skipped", k, key, store.root)
-
-    group = run.logger.wandb.group or run.sweep or run.experiment
-    last_logger = None
+    finished, reused = find_finished(store, key, wanted, run, code)
+    missing = [k for k in wanted if k not in finished]
     if missing:
-        data = load_training(run.data, run.seed)
-        log.info("training data: %d titles from %s", len(data), data.source)
-        if run.tokenizer.name is TokenizerKind.kobert:
-            kobert_model_file(run.tokenizer)  # offline without a copy: fail now, not after torch loads
-        # torch and lightning only now, so that a bad override or file fails before they load.
-        imports_start = time.perf_counter()
-        load_splitters()  # scikit-learn: timed as an import too
-        from klue_tc.fold import prepare_fold, require_asked_gpu, train_fold
-        from klue_tc.loggers import finish_wandb, make_logger
+        finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start)
+    folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
 
-        # The time to first step leaves the imports out, as it did when they came before the job
-        # (README: sweep overhead); in a sweep's later jobs in the same process they cost nothing.
-        job_start += time.perf_counter() - imports_start
+    validation = None
+    if inputs.validation is not None and all(f.checkpoint for f in folds):
+        from klue_tc.evaluate import score_run
 
-        require_asked_gpu(run.trainer)
-        splits = stratified_folds(data.labels, run.cv.folds, run.cv.seed)
-        cache = TokenizerCache(run.data.cache_dir)
-
-        for k in missing:
-            if last_logger is not None:
-                finish_wandb(last_logger)
-            prepared = prepare_fold(run, data, *splits[k], cache)
-            last_logger = make_logger(run.logger, run_dir, f"{run.experiment}-{key}-fold{k}", group, f"fold{k}",
-                                      {**resolved, "config_hash": key, "fold": k})
-            try:
-                record = train_fold(run, k, prepared, run_dir / f"fold{k}", last_logger, job_start,
-                                    store.training_state_dir(key, k))
-            except BaseException:
-                finish_wandb(last_logger)
-                raise
-            record.update(describe(run), config_hash=key, data_source=data.source)
-            store.put(key, k, record)
-            store.discard_training_state(key, k)
-            records[k] = record
-            job_start = time.perf_counter()  # the next fold's time to first step starts here
-
-    metrics = summarise(run, key, [records[k] for k in wanted])
-    validation = load_validation(run.data)
-    if validation is not None and all(r.get("checkpoint") for r in metrics["folds"]):
-        from klue_tc.evaluate import score_validation
-
-        metrics.update(score_validation(metrics["folds"], validation, run_dir, run.data.eval_batch_size))
+        validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
+        save_confusion_matrix(validation["validation_confusion_matrix"], run_dir / "confusion_matrix.png")
+    metrics = run_metrics(describe(run), key, run.sweep, run.cv.folds, folds, validation, [finished[k] for k in reused])
     atomic_write_json(run_dir / "metrics.json", metrics)
-    if last_logger is not None:  # set only where folds were trained, with finish_wandb imported
-        finish_wandb(last_logger, summary={f"cv/{k[3:]}": v for k, v in metrics.items()
-                                           if k.startswith("cv_") and isinstance(v, (int, float))}
-                     | {k: v for k, v in metrics.items() if k in ("validation_f1", "validation_accuracy")})
+    if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
+        log_aggregate(run, metrics, run_dir, wandb_group(run, key))
+    print(f"run directory: {run_dir}", flush=True)
     print(final_line(metrics), flush=True)
     score = metrics["cv_f1_mean"]
     if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
@@ -175,9 +83,234 @@ def run_job(cfg: DictConfig) -> float:
     return score
 
 
+def results_key(run: RunConfig, inputs: JobInputs) -> str:
+    from klue_tc.hardware import default_precision
+
+    return config_hash(run, inputs.train.fingerprint(), default_precision(run.trainer), inputs.tokenizer_identity)
+
+
+def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConfig, code) -> tuple[dict, list[int]]:
+    """The folds already finished (records of this code, or of any with results.reuse=any), and
+    which of them came from other code."""
+    if not run.results.resume:
+        return {}, []
+    finished, reused_other_code = {}, []
+    for k in wanted:
+        lookup = store.find(key, k, code, reuse_any=run.results.reuse == "any")
+        record = lookup.record
+        if record is None:
+            continue
+        if not has_model(record):
+            log.warning(
+                "fold %d of %s: its scores are reused, but its checkpoint (%s) is gone: no validation "
+                "score or prediction from this run (results.resume=false trains it again)",
+                k,
+                key,
+                record.checkpoint,
+            )
+        finished[k] = record
+        if lookup.reused_other_code:
+            reused_other_code.append(k)
+            log.warning(
+                "fold %d of %s: reusing the record of other code (%s), as results.reuse=any asks",
+                k,
+                key,
+                record.code.label() if record.code else "unknown",
+            )
+        else:
+            log.info("fold %d of %s already finished (%s): skipped", k, key, store.root)
+    return finished, [k for k in wanted if k in finished]
+
+
+def train_folds(
+    run: RunConfig,
+    key: str,
+    missing: list[int],
+    inputs: JobInputs,
+    store: ResultsStore,
+    run_dir: Path,
+    resolved: dict,
+    job_start: float,
+) -> dict[int, FoldResult]:
+    # torch and lightning only now, so that a bad override or file fails before they load. The time
+    # to first step leaves the imports out; in a sweep's later jobs in one process they cost nothing.
+    imports_start = time.perf_counter()
+    from klue_tc.loggers import finish_logger, make_logger
+    from klue_tc.progress import JobProgress, quiet_libraries
+    from klue_tc.tokenizers import TokenizerCache
+    from klue_tc.training import prepare_fold, train_fold
+
+    quiet_libraries()
+    job_start += time.perf_counter() - imports_start
+    splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
+    cache = TokenizerCache(run.data.cache_dir)
+    progress = JobProgress(len(missing), run.trainer.max_epochs)
+    group, code, trained = wandb_group(run, key), code_version(), {}
+    for k in missing:
+        with store.claim(key, k):
+            lookup = store.find(key, k, code, reuse_any=False)  # an identical job may have finished it meanwhile
+            if lookup.record is not None and run.results.resume:
+                trained[k] = lookup.record
+                continue
+            prepared = prepare_fold(run, inputs.train, *splits[k], cache)
+            logger = make_logger(
+                run.logger,
+                run_dir,
+                f"{run.experiment}-{key}-fold{k}",
+                group,
+                f"fold{k}",
+                {**resolved, "config_hash": key, "fold": k},
+            )
+            try:
+                record = train_fold(
+                    run,
+                    k,
+                    prepared,
+                    run_dir / f"fold{k}",
+                    logger,
+                    job_start,
+                    store.training_state_dir(key, k),
+                    callbacks=[progress.callback(k)],
+                    validation=inputs.validation,
+                )
+            finally:
+                finish_logger(logger)
+            record = replace(
+                record,
+                describe=describe(run),
+                config_hash=key,
+                code=code,
+                data_source=inputs.train.source,
+                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            )
+            store.put(key, k, record)
+            store.discard_training_state(key, k)
+            trained[k] = record
+            job_start = time.perf_counter()  # the next fold's time to first step starts here
+    return trained
+
+
+def has_model(record: FoldResult) -> bool:
+    return bool(record.checkpoint and Path(record.checkpoint).is_file() and Path(record.tokenizer_dir).is_dir())
+
+
+def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
+    """The fold's checkpoint and tokenizer inside this run directory: a fold trained by an earlier
+    run is hard-linked in (copied across file systems), so the run holds every file it names."""
+    if not has_model(record):
+        return replace(record, checkpoint=None)
+    checkpoint = Path(record.checkpoint)
+    if checkpoint.parent.resolve() == fold_dir.resolve():
+        return record
+    fold_dir.mkdir(parents=True, exist_ok=True)
+    target = fold_dir / checkpoint.name
+    _link_or_copy(checkpoint, target)
+    tokenizer = fold_dir / "tokenizer"
+    shutil.rmtree(tokenizer, ignore_errors=True)
+    shutil.copytree(record.tokenizer_dir, tokenizer, copy_function=_link_or_copy)
+    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str(tokenizer.resolve()))
+
+
+def _link_or_copy(source, target) -> None:
+    target = Path(target)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def wandb_group(run: RunConfig, key: str) -> str:
+    """The sweep's name, else the experiment and its configuration hash (one group per setting)."""
+    return run.logger.wandb.group or run.sweep or f"{run.experiment}-{key}"
+
+
+def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> None:
+    """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
+    validation confusion matrix and per-class F1."""
+    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+
+    wandb_run = open_wandb_run(
+        run.logger.wandb,
+        run_dir,
+        f"{run.experiment}-{metrics['config_hash']}-cv",
+        group,
+        "aggregate",
+        {**metrics_config(metrics)},
+    )
+    if wandb_run is None:
+        return
+    import wandb
+
+    wandb_run.summary.update(
+        {
+            "cv/f1_mean": metrics["cv_f1_mean"],
+            "cv/f1_std": metrics["cv_f1_std"],
+            "cv/n": metrics["cv_f1_n"],
+            "cv/accuracy_mean": metrics["cv_accuracy_mean"],
+        }
+    )
+    if "validation_f1" in metrics:
+        from klue_tc.data import LABEL_NAMES
+
+        wandb_run.summary.update(
+            {"validation/f1": metrics["validation_f1"], "validation/accuracy": metrics["validation_accuracy"]}
+        )
+        per_class = metrics["validation_per_class_f1"]
+        matrix = metrics["validation_confusion_matrix"]
+        wandb_run.log(
+            {
+                "validation/per_class_f1": wandb.Table(
+                    columns=["class", "f1"], data=[[k, v] for k, v in per_class.items()]
+                ),
+                "validation/confusion_matrix": wandb.Table(
+                    columns=["truth", *LABEL_NAMES], data=[[name, *row] for name, row in zip(LABEL_NAMES, matrix)]
+                ),
+                "validation/confusion_matrix_plot": wandb.Image(str(run_dir / "confusion_matrix.png")),
+            }
+        )
+    finish_wandb_run(wandb_run)
+
+
+def metrics_config(metrics: dict) -> dict:
+    return {k: metrics[k] for k in ("experiment", "encoder", "ln", "layers", "head", "tokenizer", "config_hash")}
+
+
 def final_line(metrics: dict) -> str:
-    line = (f"{metrics['experiment']}: CV macro-F1 {metrics['cv_f1_mean']:.4f} ± {metrics['cv_f1_std']:.4f}"
-            f" over {len(metrics['folds'])} fold(s)")
+    line = (
+        f"{metrics['experiment']}: CV macro-F1 {metrics['cv_f1_mean']:.4f} ± {metrics['cv_f1_std']:.4f}"
+        f" over {len(metrics['folds'])} fold(s)"
+    )
     if "validation_f1" in metrics:
         line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
+    reused = [f for f in metrics["folds"] if f["fold"] in {r["fold"] for r in metrics["reused_folds"]}]
+    if reused:
+        since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")
+        line += f"; {len(reused)} fold(s) reused, finished from {since} UTC"
+        others = {r["code"] for r in metrics["reused_folds"]} - set()
+        if len(metrics["code_versions"]) > 1 or (others and others != set(metrics["code_versions"])):
+            line += " (some by other code: results.reuse=any)"
     return line
+
+
+def save_confusion_matrix(matrix: list[list[int]], path: Path) -> None:
+    import numpy as np
+    from matplotlib import font_manager
+    from matplotlib.figure import Figure
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    from klue_tc.data import LABEL_NAMES
+
+    # Korean label names need a Hangul font; fall back to class ids where none is installed.
+    hangul = any(
+        "CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist
+    )
+    english = ["IT/sci", "econ", "society", "life/culture", "world", "sports", "politics"]
+    labels = list(LABEL_NAMES) if hangul else [str(i) for i in range(len(LABEL_NAMES))]
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    ax = fig.subplots()
+    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False, cmap="Blues")
+    if not hangul:
+        ax.set_title("ids: " + ", ".join(f"{i} {n}" for i, n in enumerate(english)), fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)

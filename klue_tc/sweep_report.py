@@ -1,4 +1,5 @@
 """Hydra callback: when a multirun ends, write the sweep's report into its directory."""
+
 from __future__ import annotations
 
 import logging
@@ -16,7 +17,11 @@ class SweepReportCallback(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            write_report(sweep_dir, log_to_wandb=config.logger.name == "wandb",
-                         wandb_cfg=config.logger.get("wandb"), group=config.get("sweep") or config.get("experiment"))
+            write_report(
+                sweep_dir,
+                log_to_wandb=config.logger.name == "wandb",
+                wandb_cfg=config.logger.get("wandb"),
+                group=config.get("sweep") or config.get("experiment"),
+            )
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)

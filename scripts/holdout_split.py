@@ -3,6 +3,7 @@ full-training comparison does (train90.tsv / heldout10.tsv, seed 7).
 
     python scripts/holdout_split.py TRAIN.tsv OUT_DIR [--held-out 0.1 --seed 7]
 """
+
 import argparse
 from pathlib import Path
 

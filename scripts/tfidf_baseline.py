@@ -10,30 +10,22 @@ few thousand titles one model's F1 moves by about half a point from sampling alo
 titles split by which model is right, and both models' F1 on each quarter of the titles ordered by
 how alike the nearest training title is (novel titles first).
 """
+
 import argparse
 
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import f1_score
-from sklearn.pipeline import make_pipeline
-from sklearn.svm import LinearSVC
 
+from klue_tc.baseline import baseline_pipeline
 from klue_tc.data import read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError, exit_with
-from klue_tc.evaluate import (
-    CHAR_NGRAM_TFIDF, agreement_shares, macro_f1_by_quantile, nearest_title_similarity, paired_bootstrap_f1_difference,
-)
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
-
-
-def baseline_pipeline(untuned: bool = False):
-    """TF-IDF character 1-3-grams + LinearSVC. By default with the settings that scored best of
-    those measured on fold 0 of the held-out split (README): n-grams within words, sublinear tf,
-    n-grams seen at least twice, C=0.5, about +0.4 points of macro-F1 over scikit-learn's
-    defaults, which `untuned` gives."""
-    if untuned:
-        return make_pipeline(TfidfVectorizer(analyzer="char", ngram_range=(1, 3)), LinearSVC())
-    return make_pipeline(TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2), LinearSVC(C=0.5))
+from research_stats import (
+    agreement_shares,
+    macro_f1_by_quantile,
+    nearest_title_similarity,
+    paired_bootstrap_f1_difference,
+)
 
 
 def main() -> None:
@@ -44,8 +36,11 @@ def main() -> None:
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--run", help="a klue_tc run directory trained on the same split, to compare with")
-    parser.add_argument("--untuned", action="store_true",
-                        help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline")
+    parser.add_argument(
+        "--untuned",
+        action="store_true",
+        help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline",
+    )
     args = parser.parse_args()
     try:  # a bad run directory or file fails before the baseline trains
         run_records = fold_records(args.run) if args.run else None
@@ -65,18 +60,26 @@ def main() -> None:
         run_predicted = ensemble_probs(run_records, validation.texts).argmax(1)
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)
         run_f1 = val_f1 + paired["difference"]  # the bootstrap scored the run on all titles already
-        print(f"run {args.run}: validation macro-F1 {run_f1:.4f}; run - baseline {paired['difference']:+.4f} "
-              f"(95% paired bootstrap {paired['low']:+.4f} to {paired['high']:+.4f}; "
-              f"run ahead in {paired['share_a_better']:.0%} of 1000 resamples)")
+        print(
+            f"run {args.run}: validation macro-F1 {run_f1:.4f}; run - baseline {paired['difference']:+.4f} "
+            f"(95% paired bootstrap {paired['low']:+.4f} to {paired['high']:+.4f}; "
+            f"run ahead in {paired['share_a_better']:.0%} of 1000 resamples)"
+        )
         shares = agreement_shares(validation.labels, run_predicted, baseline_predicted)
-        print(f"titles: both right {shares['both_right']:.1%}, only the run {shares['only_a_right']:.1%}, "
-              f"only the baseline {shares['only_b_right']:.1%}, both wrong {shares['both_wrong']:.1%} "
-              f"({shares['both_wrong_alike']:.1%} with the same wrong class)")
+        print(
+            f"titles: both right {shares['both_right']:.1%}, only the run {shares['only_a_right']:.1%}, "
+            f"only the baseline {shares['only_b_right']:.1%}, both wrong {shares['both_wrong']:.1%} "
+            f"({shares['both_wrong_alike']:.1%} with the same wrong class)"
+        )
         similarity = nearest_title_similarity(train_texts, validation.texts)
         print("macro-F1 by the similarity of the nearest training title (char n-gram TF-IDF cosine), in quarters:")
-        for row in macro_f1_by_quantile(validation.labels, {"run": run_predicted, "baseline": baseline_predicted}, similarity):
-            print(f"  {row['low']:.2f}-{row['high']:.2f} ({row['titles']} titles): run {row['run']:.4f}, "
-                  f"baseline {row['baseline']:.4f}, run - baseline {row['run'] - row['baseline']:+.4f}")
+        for row in macro_f1_by_quantile(
+            validation.labels, {"run": run_predicted, "baseline": baseline_predicted}, similarity
+        ):
+            print(
+                f"  {row['low']:.2f}-{row['high']:.2f} ({row['titles']} titles): run {row['run']:.4f}, "
+                f"baseline {row['baseline']:.4f}, run - baseline {row['run'] - row['baseline']:+.4f}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny generated Korean-like headlines, and an environment that never
 touches the network or the user's caches."""
+
 from __future__ import annotations
 
 import random
@@ -16,20 +17,34 @@ SHARED_KOBERT = SHARED / "models" / "kobert-base-v1" / "spiece.model"
 
 # Each topic has its own subjects and predicates, so the task is learnable; fillers are shared.
 TOPIC_WORDS = {
-    "IT과학": (["삼성전자", "반도체", "인공지능", "카카오", "네이버", "스마트폰", "5G망", "클라우드"],
-               ["신제품 공개", "기술 개발", "서비스 출시", "특허 확보", "연구 성과"]),
-    "경제": (["코스피", "환율", "금리", "수출", "부동산", "물가", "한국은행", "증시"],
-             ["상승 마감", "하락 전환", "최고치 경신", "둔화 우려", "반등 기대"]),
-    "사회": (["경찰", "검찰", "법원", "소방당국", "교육청", "시민단체", "노조", "지자체"],
-             ["수사 착수", "영장 청구", "대책 발표", "집회 개최", "조사 결과"]),
-    "생활문화": (["드라마", "영화제", "전시회", "뮤지컬", "날씨", "여행지", "신간", "공연"],
-                 ["관객 몰려", "개막 앞둬", "인기 급상승", "맑고 포근", "첫선 보여"]),
-    "세계": (["트럼프", "중국", "일본", "유럽연합", "유엔", "러시아", "백악관", "시진핑"],
-             ["정상회담 개최", "제재 발표", "외교 갈등", "협정 서명", "성명 발표"]),
-    "스포츠": (["손흥민", "류현진", "국가대표팀", "프로야구", "K리그", "올림픽", "토트넘", "kt위즈"],
-               ["결승골 폭발", "역전승 거둬", "시즌 첫승", "우승 확정", "연패 탈출"]),
-    "정치": (["국회", "문재인", "청와대", "여야", "민주당", "국무총리", "선관위", "한국당"],
-             ["법안 처리", "회동 제안", "공천 논란", "개헌 논의", "특검 요구"]),
+    "IT과학": (
+        ["삼성전자", "반도체", "인공지능", "카카오", "네이버", "스마트폰", "5G망", "클라우드"],
+        ["신제품 공개", "기술 개발", "서비스 출시", "특허 확보", "연구 성과"],
+    ),
+    "경제": (
+        ["코스피", "환율", "금리", "수출", "부동산", "물가", "한국은행", "증시"],
+        ["상승 마감", "하락 전환", "최고치 경신", "둔화 우려", "반등 기대"],
+    ),
+    "사회": (
+        ["경찰", "검찰", "법원", "소방당국", "교육청", "시민단체", "노조", "지자체"],
+        ["수사 착수", "영장 청구", "대책 발표", "집회 개최", "조사 결과"],
+    ),
+    "생활문화": (
+        ["드라마", "영화제", "전시회", "뮤지컬", "날씨", "여행지", "신간", "공연"],
+        ["관객 몰려", "개막 앞둬", "인기 급상승", "맑고 포근", "첫선 보여"],
+    ),
+    "세계": (
+        ["트럼프", "중국", "일본", "유럽연합", "유엔", "러시아", "백악관", "시진핑"],
+        ["정상회담 개최", "제재 발표", "외교 갈등", "협정 서명", "성명 발표"],
+    ),
+    "스포츠": (
+        ["손흥민", "류현진", "국가대표팀", "프로야구", "K리그", "올림픽", "토트넘", "kt위즈"],
+        ["결승골 폭발", "역전승 거둬", "시즌 첫승", "우승 확정", "연패 탈출"],
+    ),
+    "정치": (
+        ["국회", "문재인", "청와대", "여야", "민주당", "국무총리", "선관위", "한국당"],
+        ["법안 처리", "회동 제안", "공천 논란", "개헌 논의", "특검 요구"],
+    ),
 }
 FILLERS = ["오늘", "종합", "속보", "1보", "단독", "이번주", "2보", "…"]
 
@@ -50,9 +65,7 @@ def make_headlines(per_class: int = 12, seed: int = 0, labels=LABEL_NAMES) -> li
 
 
 def write_tsv(path: Path, rows: list[tuple[str, str]], label_as_id: bool = False) -> Path:
-    lines = ["label\ttext"] + [
-        f"{LABEL_NAMES.index(label) if label_as_id else label}\t{text}" for label, text in rows
-    ]
+    lines = ["label\ttext"] + [f"{LABEL_NAMES.index(label) if label_as_id else label}\t{text}" for label, text in rows]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -82,6 +95,15 @@ def tiny_tsv(tmp_path, headlines) -> Path:
 
 # A model small enough to train in seconds on 2 cores.
 TINY_MODEL = [
-    "encoder.d_model=32", "encoder.heads=2", "encoder.ffn_dim=64", "encoder.conv_channels=32",
-    "head.hidden=32", "tokenizer.vocab_size=400", "data.batch_size=16", "trainer.accelerator=cpu",
+    "encoder.d_model=32",
+    "encoder.heads=2",  # keys every encoder has: the FFN and conv keep their defaults
+    "head.hidden=32",
+    "tokenizer.vocab_size=400",
+    "data.batch_size=16",
+    "trainer.accelerator=cpu",
 ]
+
+
+@pytest.fixture
+def headlines_tsv(tmp_path) -> Path:
+    return write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))

@@ -1,4 +1,5 @@
 """Run the main job in-process (Hydra's compose API) or as a user would (a subprocess)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
-"""klue_tc.bench: the pure pieces (reference line, split, table, targets, sweep projection), and
+"""benchmarks: the pure pieces (reference line, split, table, targets, sweep projection), and
 one slow smoke run of the whole benchmark on generated headlines."""
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from klue_tc import bench
+import benchmarks as bench
 
-REFERENCE_LINE = ("arch=post_ln layers=3 n=5000 max_len=30 epochs=2 train_s=23.4 samples_per_s=428 "
-                  "eval_macro_f1=0.0948")
+REFERENCE_LINE = "arch=post_ln layers=3 n=5000 max_len=30 epochs=2 train_s=23.4 samples_per_s=428 eval_macro_f1=0.0948"
 
 
 def test_parse_reference_line_reads_every_field():
     parsed = bench.parse_reference_line("some log line\n" + REFERENCE_LINE + "\n")
-    assert parsed == {"arch": "post_ln", "layers": 3, "n": 5000, "max_len": 30, "epochs": 2, "train_s": 23.4,
-                      "samples_per_s": 428, "eval_macro_f1": 0.0948}
+    assert parsed == {
+        "arch": "post_ln",
+        "layers": 3,
+        "n": 5000,
+        "max_len": 30,
+        "epochs": 2,
+        "train_s": 23.4,
+        "samples_per_s": 428,
+        "eval_macro_f1": 0.0948,
+    }
     assert isinstance(parsed["n"], int) and isinstance(parsed["train_s"], float)
 
 
@@ -49,22 +57,48 @@ def _run(speed, f1, peak):
 
 
 def test_table_rows_ratios_and_missing_reference():
-    rows = bench.table_rows([
-        {"encoder": "transformer", "klue_tc": _run(1200.0, 0.71, 900.0), "notebook": _run(600.0, 0.70, 950.0),
-         "reference": _run(400.0, 0.65, 1000.0)},
-        {"encoder": "cnn", "klue_tc": _run(800.0, 0.69, 880.0), "notebook": _run(500.0, 0.68, 890.0),
-         "reference": None},
-    ])
+    rows = bench.table_rows(
+        [
+            {
+                "encoder": "transformer",
+                "klue_tc": _run(1200.0, 0.71, 900.0),
+                "notebook": _run(600.0, 0.70, 950.0),
+                "reference": _run(400.0, 0.65, 1000.0),
+            },
+            {
+                "encoder": "cnn",
+                "klue_tc": _run(800.0, 0.69, 880.0),
+                "notebook": _run(500.0, 0.68, 890.0),
+                "reference": None,
+            },
+        ]
+    )
     assert len(rows[0]) == len(bench.TABLE_HEADER)
-    assert rows[0] == ["transformer", "1200", "600", "400", "3.00x", "2.00x", "0.7100 / 0.7000 / 0.6500",
-                       "900 / 950 / 1000"]
+    assert rows[0] == [
+        "transformer",
+        "1200",
+        "600",
+        "400",
+        "3.00x",
+        "2.00x",
+        "0.7100 / 0.7000 / 0.6500",
+        "900 / 950 / 1000",
+    ]
     assert rows[1][3] == bench.DASH and rows[1][4] == bench.DASH and rows[1][5] == "1.60x"
     assert rows[1][6].endswith("/ " + bench.DASH)
 
 
 def test_table_rows_survive_a_failed_run_and_nan():
-    rows = bench.table_rows([{"encoder": "trans_blstm", "klue_tc": None, "notebook": _run(float("nan"), 0.5, 1.0),
-                              "reference": _run(70.0, 0.4, 2.0)}])
+    rows = bench.table_rows(
+        [
+            {
+                "encoder": "trans_blstm",
+                "klue_tc": None,
+                "notebook": _run(float("nan"), 0.5, 1.0),
+                "reference": _run(70.0, 0.4, 2.0),
+            }
+        ]
+    )
     assert rows[0][1] == bench.DASH and rows[0][2] == bench.DASH and rows[0][4] == bench.DASH
 
 
@@ -92,8 +126,17 @@ def test_target_checks():
 
 def test_project_sweep_arithmetic():
     # 1 encoder, 1 LN, layers 3 and 6, 1 tokenizer, 5 folds, 1000 titles: 800 train + 200 val per job.
-    p = bench.project_sweep({"transformer": 400.0}, {"transformer": 1000.0}, epochs=2, overhead_s=5.0,
-                            n_titles=1000, folds=5, lns=1, tokenizers=1, layers=(3, 6))
+    p = bench.project_sweep(
+        {"transformer": 400.0},
+        {"transformer": 1000.0},
+        epochs=2,
+        overhead_s=5.0,
+        n_titles=1000,
+        folds=5,
+        lns=1,
+        tokenizers=1,
+        layers=(3, 6),
+    )
     at3 = 2 * 800 / 400 + 2 * 200 / 1000 + 5.0  # 4 s train + 0.4 s val + 5 s overhead
     at6 = 2 * (2 * 800 / 400 + 2 * 200 / 1000) + 5.0
     assert p["jobs"] == 10
@@ -105,8 +148,9 @@ def test_project_sweep_arithmetic():
 
 def test_project_sweep_paper_grid_and_parallel():
     speeds = {e: 1000.0 for e in bench.ENCODERS}
-    p = bench.project_sweep(speeds, {}, epochs=10, overhead_s=0.0, parallel_speedup={2: {e: 2.0 for e in speeds},
-                                                                                    4: {"transformer": 3.0}})
+    p = bench.project_sweep(
+        speeds, {}, epochs=10, overhead_s=0.0, parallel_speedup={2: {e: 2.0 for e in speeds}, 4: {"transformer": 3.0}}
+    )
     assert p["jobs"] == 600  # 4 encoders x 2 LN x 5 layer counts x 3 tokenizers x 5 folds
     train = bench.YNAT_TRAIN_TITLES * 4 / 5
     expected = sum(10 * train / 1000 * n / 3 for n in (2, 3, 4, 5, 6)) * 4 * 2 * 3 * 5
@@ -117,8 +161,18 @@ def test_project_sweep_paper_grid_and_parallel():
 
 
 def test_project_sweep_overhead_overlaps_k_fold():
-    p = bench.project_sweep({"cnn": 1e12}, {}, epochs=1, overhead_s=10.0, n_titles=5, folds=5, lns=1,
-                            tokenizers=1, layers=(3,), parallel_speedup={4: {"cnn": 1.0}})
+    p = bench.project_sweep(
+        {"cnn": 1e12},
+        {},
+        epochs=1,
+        overhead_s=10.0,
+        n_titles=5,
+        folds=5,
+        lns=1,
+        tokenizers=1,
+        layers=(3,),
+        parallel_speedup={4: {"cnn": 1.0}},
+    )
     assert p["sequential_s"] == pytest.approx(50.0, rel=1e-6)
     assert p["parallel_s"][4] == pytest.approx(12.5, rel=1e-6)
 
@@ -138,7 +192,8 @@ def test_paper_sweep_settings_reads_the_sweep_file(tmp_path):
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "paper.yaml").write_text(
         "hydra:\n  sweeper:\n    params:\n      encoder: transformer,cnn\n      encoder.layers: range(2,5)\n"
-        "      trainer.max_epochs: 12\n")
+        "      trainer.max_epochs: 12\n"
+    )
     settings = bench.paper_sweep_settings(tmp_path)
     assert settings["epochs"] == 12 and settings["layers"] == (2, 3, 4) and settings["jobs_in_file"] == 6
 
@@ -152,13 +207,29 @@ def test_fmt_helpers():
 
 def test_render_has_table_footnotes_and_targets():
     report = {
-        "settings": {"data": "/x/train.tsv", "limit": 50, "epochs": 1, "batch_size": 16, "layers": 3, "threads": 2,
-                     "device": "CPU (2 cores available, 2 torch threads)", "reference": None,
-                     "encoders": ["transformer"]},
-        "results": [{"encoder": "transformer", "klue_tc": {**_run(10.0, 0.5, 1.0), "train_size": 50, "val_size": 6},
-                     "notebook": _run(5.0, 0.5, 1.0), "reference": None}],
-        "overhead": {"first": {"time_to_first_step_s": 3.0, "wall_s": 9.0, "command": "python -m klue_tc x"},
-                     "cached": {"time_to_first_step_s": 0.8, "wall_s": 6.0}},
+        "settings": {
+            "data": "/x/train.tsv",
+            "limit": 50,
+            "epochs": 1,
+            "batch_size": 16,
+            "layers": 3,
+            "threads": 2,
+            "device": "CPU (2 cores available, 2 torch threads)",
+            "reference": None,
+            "encoders": ["transformer"],
+        },
+        "results": [
+            {
+                "encoder": "transformer",
+                "klue_tc": {**_run(10.0, 0.5, 1.0), "train_size": 50, "val_size": 6},
+                "notebook": _run(5.0, 0.5, 1.0),
+                "reference": None,
+            }
+        ],
+        "overhead": {
+            "first": {"time_to_first_step_s": 3.0, "wall_s": 9.0, "command": "python -m klue_tc x"},
+            "cached": {"time_to_first_step_s": 0.8, "wall_s": 6.0},
+        },
         "notes": ["seed_reference not found"],
     }
     text = bench.render(report)
@@ -169,21 +240,30 @@ def test_render_has_table_footnotes_and_targets():
 
 
 def test_missing_data_is_one_line_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "klue_tc.bench", "--data", str(tmp_path / "nope.tsv")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--data", str(tmp_path / "nope.tsv")], capture_output=True, text=True
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"error: --data {tmp_path / 'nope.tsv'}: file not found "
-                                                "(pass --data PATH to a labelled KLUE YNAT file)"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: --data {tmp_path / 'nope.tsv'}: file not found (pass --data PATH to a labelled KLUE YNAT file)"
+    ]
 
 
 def _headlines(path: Path, per_class: int = 20) -> Path:
     """Korean-like headlines over 4 topics, each with its own words (learnable)."""
-    words = {"IT과학": ["반도체", "인공지능", "스마트폰", "클라우드"], "경제": ["코스피", "환율", "금리", "수출"],
-             "스포츠": ["손흥민", "류현진", "프로야구", "올림픽"], "정치": ["국회", "청와대", "여야", "선관위"]}
+    words = {
+        "IT과학": ["반도체", "인공지능", "스마트폰", "클라우드"],
+        "경제": ["코스피", "환율", "금리", "수출"],
+        "스포츠": ["손흥민", "류현진", "프로야구", "올림픽"],
+        "정치": ["국회", "청와대", "여야", "선관위"],
+    }
     tails = ["발표", "상승", "논란", "개최", "확정", "첫선"]
     rng = random.Random(0)
-    rows = [f"{label}\t{rng.choice(ws)} {rng.choice(ws)} {rng.choice(tails)}" for label, ws in words.items()
-            for _ in range(per_class)]
+    rows = [
+        f"{label}\t{rng.choice(ws)} {rng.choice(ws)} {rng.choice(tails)}"
+        for label, ws in words.items()
+        for _ in range(per_class)
+    ]
     rng.shuffle(rows)
     path.write_text("label\ttext\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return path
@@ -195,8 +275,25 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
     data = _headlines(tmp_path / "train.tsv")
     reference = Path(bench.DEFAULT_REFERENCE)
     out = tmp_path / "bench.md"
-    cmd = [sys.executable, "-m", "klue_tc.bench", "--data", str(data), "--limit", "40", "--epochs", "1",
-           "--batch-size", "16", "--threads", "1", "--out", str(out), "--timeout", "600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "--data",
+        str(data),
+        "--limit",
+        "40",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        "--timeout",
+        "600",
+    ]
     if not reference.is_file():
         cmd += ["--reference", str(tmp_path / "absent.py")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -254,33 +351,76 @@ def test_blstm_reversal_path_equals_the_packed_run(short_rows):
 
 
 def test_concurrent_throughput_spans_first_start_to_last_end():
-    results = [{"train_start_wall": 100.0, "train_end_wall": 110.0, "trained_samples": 1000, "samples_per_s": 120.0,
-                "cuda_peak_mb": 500.0},
-               {"train_start_wall": 101.0, "train_end_wall": 120.0, "trained_samples": 1000, "samples_per_s": 60.0,
-                "cuda_peak_mb": 700.0}]
+    results = [
+        {
+            "train_start_wall": 100.0,
+            "train_end_wall": 110.0,
+            "trained_samples": 1000,
+            "samples_per_s": 120.0,
+            "cuda_peak_mb": 500.0,
+        },
+        {
+            "train_start_wall": 101.0,
+            "train_end_wall": 120.0,
+            "trained_samples": 1000,
+            "samples_per_s": 60.0,
+            "cuda_peak_mb": 700.0,
+        },
+    ]
     agg = bench.concurrent_throughput(results)
     assert agg["aggregate_samples_per_s"] == pytest.approx(2000 / 20)
     assert agg["jobs"] == 2 and agg["peak_mb_each"] == 700.0
 
 
 def test_gpu_projection_from_a_report(monkeypatch):
-    monkeypatch.setattr(bench.projection, "paper_sweep_settings", lambda repo=bench.REPO_ROOT: {
-        "epochs": 10, "layers": (2, 3, 4, 5, 6), "jobs_in_file": 600, "source": "sweeps/paper.yaml"})
+    monkeypatch.setattr(
+        bench.projection,
+        "paper_sweep_settings",
+        lambda repo=bench.REPO_ROOT: {
+            "epochs": 10,
+            "layers": (2, 3, 4, 5, 6),
+            "jobs_in_file": 600,
+            "source": "sweeps/paper.yaml",
+        },
+    )
     run = {"samples_per_s": 9000.0, "loop_samples_per_s": 8000.0, "eval_samples_per_s": 30000.0}
     report = {
-        "settings": {"data": "/x/train.tsv", "limit": None, "epochs": 1, "batch_size": 256, "layers": 3, "threads": 16,
-                     "device": "H200 (bf16-mixed)", "gpu": True, "reference": None, "encoders": list(bench.ENCODERS)},
-        "results": [{"encoder": e, "klue_tc": dict(run, train_size=41110, val_size=4568), "notebook": dict(run),
-                     "reference": None} for e in bench.ENCODERS],
+        "settings": {
+            "data": "/x/train.tsv",
+            "limit": None,
+            "epochs": 1,
+            "batch_size": 256,
+            "layers": 3,
+            "threads": 16,
+            "device": "H200 (bf16-mixed)",
+            "gpu": True,
+            "reference": None,
+            "encoders": list(bench.ENCODERS),
+        },
+        "results": [
+            {
+                "encoder": e,
+                "klue_tc": dict(run, train_size=41110, val_size=4568),
+                "notebook": dict(run),
+                "reference": None,
+            }
+            for e in bench.ENCODERS
+        ],
         "overhead": {"first": None, "cached": {"time_to_first_step_s": 0.5, "wall_s": 12.0}},
-        "concurrency": {e: {1: {"aggregate_samples_per_s": 8000.0}, 2: {"aggregate_samples_per_s": 14000.0},
-                            4: None} for e in bench.ENCODERS},
+        "concurrency": {
+            e: {1: {"aggregate_samples_per_s": 8000.0}, 2: {"aggregate_samples_per_s": 14000.0}, 4: None}
+            for e in bench.ENCODERS
+        },
         "notes": [],
     }
     p = bench.gpu_projection(report)
-    expected = bench.project_sweep({e: 8000.0 for e in bench.ENCODERS}, {e: 30000.0 for e in bench.ENCODERS},
-                                   epochs=10, overhead_s=12.0, parallel_speedup={2: {e: 1.75 for e in bench.ENCODERS},
-                                                                                 4: {e: 1.0 for e in bench.ENCODERS}})
+    expected = bench.project_sweep(
+        {e: 8000.0 for e in bench.ENCODERS},
+        {e: 30000.0 for e in bench.ENCODERS},
+        epochs=10,
+        overhead_s=12.0,
+        parallel_speedup={2: {e: 1.75 for e in bench.ENCODERS}, 4: {e: 1.0 for e in bench.ENCODERS}},
+    )
     assert p["jobs"] == 600
     assert p["sequential_s"] == pytest.approx(expected["sequential_s"])
     assert p["parallel_s"][2] == pytest.approx(expected["parallel_s"][2])

@@ -5,21 +5,32 @@ import pytest
 
 from conftest import SHARED_TRAIN, write_tsv
 from klue_tc.data import (
-    LABEL_NAMES, load_hub_split, read_labelled_file, stratified_folds, stratified_subsample,
+    LABEL_NAMES,
+    load_hub_split,
+    read_labelled_file,
+    stratified_folds,
+    stratified_subsample,
 )
 from klue_tc.errors import DataError, ResourceError
 
 
 def test_every_format_reads_the_same_titles(tmp_path, headlines):
     expected_texts = [t for _, t in headlines]
-    expected_ids = [LABEL_NAMES.index(l) for l, _ in headlines]
-    klue_json = [{"guid": f"ynat-v1_train_{i:05d}", "title": t, "label": l, "url": "", "date": ""}
-                 for i, (l, t) in enumerate(headlines)]
+    expected_ids = [LABEL_NAMES.index(label) for label, _ in headlines]
+    klue_json = [
+        {"guid": f"ynat-v1_train_{i:05d}", "title": t, "label": label, "url": "", "date": ""}
+        for i, (label, t) in enumerate(headlines)
+    ]
     (tmp_path / "a.json").write_text(json.dumps(klue_json, ensure_ascii=False), encoding="utf-8")
-    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"title": t, "label": LABEL_NAMES.index(l)}, ensure_ascii=False)
-                                                for l, t in headlines), encoding="utf-8")
-    (tmp_path / "a.csv").write_text("title,topic_idx\n" + "\n".join(f'"{t}",{LABEL_NAMES.index(l)}' for l, t in headlines),
-                                    encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text(
+        "\n".join(
+            json.dumps({"title": t, "label": LABEL_NAMES.index(label)}, ensure_ascii=False) for label, t in headlines
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "a.csv").write_text(
+        "title,topic_idx\n" + "\n".join(f'"{t}",{LABEL_NAMES.index(label)}' for label, t in headlines), encoding="utf-8"
+    )
     write_tsv(tmp_path / "a.tsv", headlines)
     write_tsv(tmp_path / "ids.tsv", headlines, label_as_id=True)
     for name in ("a.json", "a.jsonl", "a.csv", "a.tsv", "ids.tsv"):
@@ -30,8 +41,9 @@ def test_every_format_reads_the_same_titles(tmp_path, headlines):
 
 def test_quoted_title_with_a_tab_is_one_row_and_quotes_inside_titles_are_kept(tmp_path):
     path = tmp_path / "q.tsv"
-    path.write_text('label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 "본회의"\n정치\t"""대화 재개"" 촉구"\n',
-                    encoding="utf-8")
+    path.write_text(
+        'label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 "본회의"\n정치\t"""대화 재개"" 촉구"\n', encoding="utf-8"
+    )
     data = read_labelled_file(path)
     assert data.texts == ["손흥민\t결승골", '국회 "본회의"', '"대화 재개" 촉구']
 
@@ -43,21 +55,30 @@ def test_json_records_are_named_by_their_position(tmp_path):
         read_labelled_file(path)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "line 4: unknown label '과학'"),
-    ("label\ttext\n7\t손흥민 골\n", "line 2: unknown label '7'"),
-    ("label\ttext\n\n스포츠\t손흥민 골\n정치\t  \n", "line 4: empty title"),  # a blank line still counts
-    ("label\ttext\n스포츠\t손흥민\t골\n", "line 2: 3 field(s), expected 2 (label, text); a title that holds a tab"),
-    ("label\ttext\n스포츠 손흥민 골\n", "line 2: 1 field(s), expected 2 (label, text); the fields must be separated"),
-    # Quotes: a stray one, and one left open, which would otherwise swallow the lines up to the next quote.
-    ('label\ttext\n정치\t"대화 재개" 촉구\n', "line 2: bad quoting"),
-    ('label\ttext\n스포츠\t손흥민 골\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n정치\t국회 "\n', "line 3: a quote (\") opened here closes on line 5"),
-    ('label\ttext\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n', "line 2: bad quoting (unexpected end of data)"),
-    ("topic\ttext\n스포츠\t손흥민 골\n", "no label column"),
-    ("label\theadline\n스포츠\t손흥민 골\n", "no title column"),
-    ("", "file is empty"),
-    ("label\ttext\n", "no data rows"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "line 4: unknown label '과학'"),
+        ("label\ttext\n7\t손흥민 골\n", "line 2: unknown label '7'"),
+        ("label\ttext\n\n스포츠\t손흥민 골\n정치\t  \n", "line 4: empty title"),  # a blank line still counts
+        ("label\ttext\n스포츠\t손흥민\t골\n", "line 2: 3 field(s), expected 2 (label, text); a title that holds a tab"),
+        (
+            "label\ttext\n스포츠 손흥민 골\n",
+            "line 2: 1 field(s), expected 2 (label, text); the fields must be separated",
+        ),
+        # Quotes: a stray one, and one left open, which would otherwise swallow the lines up to the next quote.
+        ('label\ttext\n정치\t"대화 재개" 촉구\n', "line 2: bad quoting"),
+        (
+            'label\ttext\n스포츠\t손흥민 골\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n정치\t국회 "\n',
+            'line 3: a quote (") opened here closes on line 5',
+        ),
+        ('label\ttext\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n', "line 2: bad quoting (unexpected end of data)"),
+        ("topic\ttext\n스포츠\t손흥민 골\n", "no label column"),
+        ("label\theadline\n스포츠\t손흥민 골\n", "no title column"),
+        ("", "file is empty"),
+        ("label\ttext\n", "no data rows"),
+    ],
+)
 def test_bad_input_is_one_clear_error_naming_file_and_row(tmp_path, content, message):
     path = tmp_path / "bad.tsv"
     path.write_text(content, encoding="utf-8")
@@ -104,6 +125,7 @@ def test_folds_are_stratified_disjoint_and_deterministic():
 
 def test_limit_is_a_stratified_deterministic_subsample(tmp_path):
     from conftest import make_headlines
+
     data = read_labelled_file(write_tsv(tmp_path / "t.tsv", make_headlines(per_class=20)))
     small = stratified_subsample(data, 70, seed=1)
     assert len(small) == 70
@@ -115,14 +137,76 @@ def test_limit_is_a_stratified_deterministic_subsample(tmp_path):
 def test_shared_klue_ynat_train_loads_as_it_is():
     data = read_labelled_file(SHARED_TRAIN)
     assert len(data) == 45678
-    assert data.class_counts() == {"IT과학": 5235, "경제": 6118, "사회": 5133, "생활문화": 5751,
-                                   "세계": 8320, "스포츠": 7742, "정치": 7379}
+    assert data.class_counts() == {
+        "IT과학": 5235,
+        "경제": 6118,
+        "사회": 5133,
+        "생활문화": 5751,
+        "세계": 8320,
+        "스포츠": 7742,
+        "정치": 7379,
+    }
 
 
 def test_a_subsample_or_fold_count_the_classes_cannot_fill_is_one_clear_error(tmp_path):
     from conftest import make_headlines
+
     data = read_labelled_file(write_tsv(tmp_path / "t.tsv", make_headlines(per_class=3)))
     with pytest.raises(DataError, match=r"t.tsv: data.limit=5: no stratified subsample .*number of classes = 7"):
         stratified_subsample(data, limit=5, seed=0)
     with pytest.raises(DataError, match=r"cv.folds=5: too many folds for 7 titles"):
         stratified_folds(stratified_subsample(data, limit=7, seed=0).labels, folds=5, seed=0)
+
+
+def test_a_bom_windows_line_ends_and_stray_label_spaces_are_read_as_the_plain_file(tmp_path, headlines):
+    plain = read_labelled_file(write_tsv(tmp_path / "plain.tsv", headlines))
+    lines = ["label\ttext"] + [f" {label} \t{text}" for label, text in headlines]
+    windows = tmp_path / "windows.tsv"
+    windows.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
+    read = read_labelled_file(windows)
+    assert read.texts == plain.texts and np.array_equal(read.labels, plain.labels)
+
+
+def test_other_column_names_are_mapped_and_a_missing_one_says_how(tmp_path, headlines):
+    korean = tmp_path / "korean.csv"
+    korean.write_text("제목,분류\n" + "\n".join(f'"{t}",{label}' for label, t in headlines) + "\n", encoding="utf-8")
+    read = read_labelled_file(korean, title_column="제목", label_column="분류")
+    assert read.texts == [t for _, t in headlines]
+    with pytest.raises(DataError) as err:
+        read_labelled_file(korean)
+    assert str(err.value) == (
+        f"{korean}: no title column (expected title or text; found 제목, 분류); name yours with data.title_column="
+    )
+
+
+def test_a_directory_passed_as_the_file_says_so(tmp_path):
+    with pytest.raises(DataError, match=f"^{tmp_path}: is a directory; pass the file inside it"):
+        read_labelled_file(tmp_path)
+
+
+def test_the_bundled_train_split_is_the_shared_one_and_its_checksum_holds():
+    import hashlib
+    import lzma
+
+    from klue_tc.data import BUNDLED_TRAIN, BUNDLED_TRAIN_SHA256
+
+    raw = lzma.decompress(BUNDLED_TRAIN.read_bytes())
+    assert hashlib.sha256(raw).hexdigest() == BUNDLED_TRAIN_SHA256
+    bundled = read_labelled_file(BUNDLED_TRAIN)
+    assert len(bundled) == 45_678 and bundled.class_counts()["사회"] == 5133
+    if SHARED_TRAIN.exists():
+        shared = read_labelled_file(SHARED_TRAIN)
+        assert shared.fingerprint() == bundled.fingerprint()  # the same rows, in the same order
+
+
+def test_offline_without_data_path_falls_back_to_the_bundled_copy_with_one_line(caplog):
+    from klue_tc.config import DataConfig
+    from klue_tc.data import BUNDLED_TRAIN, training_titles, validation_titles
+
+    with caplog.at_level("WARNING"):
+        data = training_titles(DataConfig())
+        validation = validation_titles(DataConfig())
+    assert data.source == str(BUNDLED_TRAIN) and len(data) == 45_678
+    assert validation is None  # the validation split stays hub-only
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "bundled with klue_tc" in lines[0] and "data.validation_path=" in lines[1]

@@ -5,21 +5,28 @@ import torch
 from torch.nn import functional as F
 
 from klue_tc.config import (
-    EncoderConfig, EncoderKind, FFNActivation, HeadConfig, HeadKind, LayerNormPlacement, PositionKind,
+    EncoderConfig,
+    FFNActivation,
+    HeadConfig,
+    LayerNormPlacement,
+    PositionKind,
 )
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
 from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, masking_probability, pick_tokens
+from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
+
+ENCODER_NAMES, HEAD_NAMES = ENCODERS.names(), HEADS.names()
 
 VOCAB, PAD = 50, 0
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 
 
-def tiny_encoder(kind: EncoderKind, ln: LayerNormPlacement = LayerNormPlacement.post, **kw) -> EncoderConfig:
+def tiny_encoder(kind: str, ln: LayerNormPlacement = LayerNormPlacement.post, **kw) -> EncoderConfig:
     settings = dict(layers=2, d_model=16, heads=2, ffn_dim=32, conv_channels=16, dropout=0.1)
-    return EncoderConfig(name=kind, ln=ln, **{**settings, **kw})
+    return ENCODERS.config_for(kind, ln=ln, **{**settings, **kw})
 
 
 def batch_of_titles(lengths=(6, 3, 9, 4), seed=0) -> torch.Tensor:
@@ -32,7 +39,7 @@ def batch_of_titles(lengths=(6, 3, 9, 4), seed=0) -> torch.Tensor:
     return ids
 
 
-@pytest.mark.parametrize("kind, ln, head", list(itertools.product(EncoderKind, LayerNormPlacement, HeadKind)))
+@pytest.mark.parametrize("kind, ln, head", list(itertools.product(ENCODER_NAMES, LayerNormPlacement, HEAD_NAMES)))
 def test_every_encoder_ln_and_head_runs_forward_and_backward(kind, ln, head):
     torch.manual_seed(0)
     model = build_classifier(VOCAB, PAD, tiny_encoder(kind, ln), HeadConfig(name=head, hidden=8), classes=7)
@@ -43,7 +50,7 @@ def test_every_encoder_ln_and_head_runs_forward_and_backward(kind, ln, head):
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
-@pytest.mark.parametrize("kind", list(EncoderKind))
+@pytest.mark.parametrize("kind", ENCODER_NAMES)
 @pytest.mark.parametrize("ln", list(LayerNormPlacement))
 def test_appending_pads_changes_no_real_token_output(kind, ln):
     torch.manual_seed(0)
@@ -63,7 +70,7 @@ def test_positions_in_attention_only_see_order_and_ignore_pads(positions):
     only through attention, so swapping two tokens changes [CLS]'s state (without any positions a
     Transformer's [CLS] would not see the order), and appended pads still change nothing."""
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=positions, zero_init_residual=False), PAD).eval()
+    encoder = Encoder(VOCAB, tiny_encoder("transformer", positions=positions, zero_init_residual=False), PAD).eval()
     ids = batch_of_titles()
     padded = torch.cat([ids, torch.full((len(ids), 7), PAD)], dim=1)
     swapped = ids.clone()
@@ -71,15 +78,19 @@ def test_positions_in_attention_only_see_order_and_ignore_pads(positions):
     with torch.no_grad():
         assert torch.equal(encoder.embeddings(swapped)[:, 1], encoder.embeddings(ids)[:, 2])  # no positions added
         states = encoder(ids, ids.eq(PAD))
-        assert torch.allclose(states[ids.ne(PAD)], encoder(padded, padded.eq(PAD))[:, : ids.size(1)][ids.ne(PAD)], atol=1e-5)
+        assert torch.allclose(
+            states[ids.ne(PAD)], encoder(padded, padded.eq(PAD))[:, : ids.size(1)][ids.ne(PAD)], atol=1e-5
+        )
         assert not torch.allclose(states[:, 0], encoder(swapped, swapped.eq(PAD))[:, 0], atol=1e-4)
 
 
 def test_alibi_bias_grows_with_distance():
-    encoder = Encoder(VOCAB, tiny_encoder(EncoderKind.transformer, positions=PositionKind.alibi), PAD)
+    encoder = Encoder(VOCAB, tiny_encoder("transformer", positions=PositionKind.alibi), PAD)
     attention = encoder.blocks[0].sublayers[0].sublayer
-    assert torch.allclose(attention.distance_bias(3, torch.float32)[0],
-                          -attention.slopes[0] * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]))
+    assert torch.allclose(
+        attention.distance_bias(3, torch.float32)[0],
+        -attention.slopes[0] * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]),
+    )
 
 
 def test_rotary_scores_depend_on_the_offset_only():
@@ -117,24 +128,30 @@ def test_ffn_activations_differ_and_swiglu_keeps_the_weight_count():
 @pytest.mark.parametrize("activation", list(FFNActivation))
 def test_every_ffn_activation_trains(activation):
     torch.manual_seed(0)
-    model = build_classifier(VOCAB, PAD, tiny_encoder(EncoderKind.trans_blstm_parallel, ffn_activation=activation),
-                             HeadConfig(name=HeadKind.cls, hidden=8), classes=7)
+    model = build_classifier(
+        VOCAB,
+        PAD,
+        tiny_encoder("trans_blstm_parallel", ffn_activation=activation),
+        HeadConfig(name="cls", hidden=8),
+        classes=7,
+    )
     model(batch_of_titles()).sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("head", list(HeadKind))
+@pytest.mark.parametrize("head", HEAD_NAMES)
 def test_heads_ignore_pads(head):
     torch.manual_seed(0)
-    model = build_classifier(VOCAB, PAD, tiny_encoder(EncoderKind.trans_blstm, zero_init_residual=False),
-                             HeadConfig(name=head, hidden=8), 7).eval()
+    model = build_classifier(
+        VOCAB, PAD, tiny_encoder("trans_blstm", zero_init_residual=False), HeadConfig(name=head, hidden=8), 7
+    ).eval()
     ids = batch_of_titles()
     padded = torch.cat([ids, torch.full((len(ids), 5), PAD)], dim=1)
     with torch.no_grad():
         assert torch.allclose(model(ids), model(padded), atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", list(EncoderKind))
+@pytest.mark.parametrize("kind", ENCODER_NAMES)
 def test_pre_and_post_layer_norm_really_differ(kind):
     ids = batch_of_titles()
     outputs = []
@@ -147,17 +164,21 @@ def test_pre_and_post_layer_norm_really_differ(kind):
 
 
 def test_variants_differ_in_structure():
-    counts = {kind: sum(p.numel() for p in Encoder(VOCAB, tiny_encoder(kind), PAD).parameters()) for kind in EncoderKind}
+    counts = {
+        kind: sum(p.numel() for p in Encoder(VOCAB, tiny_encoder(kind), PAD).parameters()) for kind in ENCODER_NAMES
+    }
     assert len(set(counts.values())) == len(counts)
     lstm_in = lambda kind: sum(isinstance(m, torch.nn.LSTM) for m in Encoder(VOCAB, tiny_encoder(kind), PAD).modules())
-    assert lstm_in(EncoderKind.transformer) == 0 and lstm_in(EncoderKind.trans_blstm) == 2  # one per layer
+    assert lstm_in("transformer") == 0 and lstm_in("trans_blstm") == 2  # one per layer
 
 
 def test_zero_initialised_residual_branches_start_as_identity_blocks():
     from klue_tc.models.classifier import TopicClassifier
+
     torch.manual_seed(0)
-    model = TopicClassifier(VOCAB, PAD, tiny_encoder(EncoderKind.transformer, LayerNormPlacement.pre, dropout=0.0),
-                            HeadConfig(), 7).eval()
+    model = TopicClassifier(
+        VOCAB, PAD, tiny_encoder("transformer", LayerNormPlacement.pre, dropout=0.0), HeadConfig(name="cls"), 7
+    ).eval()
     ids = batch_of_titles()
     with torch.no_grad():
         states = model.encoder(ids, ids.eq(PAD))
@@ -184,8 +205,9 @@ def test_token_masking_touches_only_real_tokens_of_long_enough_titles():
 def test_berts_scheme_shows_mask_random_pieces_and_originals_only_at_the_picked_tokens():
     ids = batch_of_titles(lengths=(12,) * 400)
     picked = pick_tokens(ids, SPECIALS, p=0.5, min_len=5, generator=torch.Generator().manual_seed(0))
-    shown = corrupt_picked(ids, picked, SPECIALS, VOCAB, random_share=0.1, keep_share=0.1,
-                           generator=torch.Generator().manual_seed(1))
+    shown = corrupt_picked(
+        ids, picked, SPECIALS, VOCAB, random_share=0.1, keep_share=0.1, generator=torch.Generator().manual_seed(1)
+    )
     assert torch.equal(shown[~picked], ids[~picked])  # nothing else changes
     under_mask = shown[picked].eq(SPECIALS.mask).float().mean().item()
     unchanged = shown[picked].eq(ids[picked]).float().mean().item()
@@ -236,7 +258,6 @@ def test_schedule_warms_up_then_decays():
     assert [round(linear(s), 2) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]
 
 
-
 def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     from klue_tc.module import warmup_steps
 
@@ -245,15 +266,20 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
     assert warmup_steps(0.1, 8, 6) == 3  # never more than half the run
 
 
-def tiny_module(p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0,
-                p_end=None):
+def tiny_module(
+    p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0, p_end=None
+):
     from klue_tc.config import AugmentConfig, OptimConfig
     from klue_tc.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
-        VOCAB, SPECIALS, tiny_encoder(EncoderKind.transformer, dropout=dropout), HeadConfig(hidden=16, dropout=dropout),
+        VOCAB,
+        SPECIALS,
+        tiny_encoder("transformer", dropout=dropout),
+        HeadConfig(name="cls", hidden=16, dropout=dropout),
         OptimConfig(rdrop_alpha=rdrop_alpha, regularize_from_epoch=regularize_from_epoch),
-        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight, keep_share=keep_share, p_end=p_end))
+        AugmentConfig(p=p, min_len=5, mlm_weight=mlm_weight, keep_share=keep_share, p_end=p_end),
+    )
 
 
 def test_masked_lm_loss_scores_only_the_masked_positions():
@@ -270,7 +296,9 @@ def test_masked_lm_loss_scores_only_the_masked_positions():
     other_hidden = ids.clone()
     other_hidden[where] = (ids[where] + 1 - 5) % (VOCAB - 5) + 5  # other originals under the masks
     assert not torch.equal(module.masked_lm_loss(states, other_hidden, where), loss)
-    expected = F.cross_entropy(module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where])
+    expected = F.cross_entropy(
+        module.mlm_head(states[where], module.model.encoder.embeddings.tokens.weight), ids[where]
+    )
     assert loss.item() == pytest.approx(expected.item())  # the mean over the masked positions
     # A GPU scores every position (no host sync to count the masked ones): the same loss.
     assert module.masked_lm_loss(states, ids, where, gather=False).item() == pytest.approx(loss.item())
@@ -342,10 +370,10 @@ def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
 def test_checkpoint_settings_from_before_the_ffn_activation_option_rebuild_the_relu_ffn():
     from klue_tc.module import _encoder_cfg, _plain
 
-    saved = _plain(EncoderConfig(ffn_activation=FFNActivation.swiglu))
+    saved = _plain(ENCODERS.config_for("transformer", ffn_activation=FFNActivation.swiglu))
     assert _encoder_cfg(saved).ffn_activation == FFNActivation.swiglu  # the enum, not its string
     del saved["ffn_activation"]
-    assert _encoder_cfg(saved) == EncoderConfig()
+    assert _encoder_cfg(saved) == ENCODERS.config_for("transformer")
 
 
 def test_checkpoint_settings_with_an_unknown_encoder_key_fail_with_its_name():
@@ -353,4 +381,4 @@ def test_checkpoint_settings_with_an_unknown_encoder_key_fail_with_its_name():
     from klue_tc.module import _encoder_cfg, _plain
 
     with pytest.raises(ConfigError, match="keys this version of klue_tc does not know: local_heads; load it"):
-        _encoder_cfg({**_plain(EncoderConfig()), "local_heads": 0})
+        _encoder_cfg({**_plain(ENCODERS.config_for("transformer")), "local_heads": 0})

@@ -1,4 +1,5 @@
 """Fold-ensemble prediction from a tiny run trained end to end by the real job."""
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,34 @@ TITLES = ["축구 대표팀 감독 우승 소감", "반도체 데이터 센터 �
 def run_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("predict")
     rng = random.Random(0)
-    rows = ["title\tlabel"] + [f"{' '.join(rng.sample(words, 3))} 발표\t{label}"
-                               for label, words in WORDS.items() for _ in range(20)]
+    rows = ["title\tlabel"] + [
+        f"{' '.join(rng.sample(words, 3))} 발표\t{label}" for label, words in WORDS.items() for _ in range(20)
+    ]
     (tmp / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    overrides = [f"data.path={tmp / 'train.tsv'}", "cv.folds=2", "trainer.max_epochs=2", "trainer.accelerator=cpu",
-                 "logger=none", "encoder.d_model=32", "encoder.ffn_dim=64", "encoder.heads=2", "encoder.layers=1",
-                 "head.hidden=32", "tokenizer.vocab_size=200", "data.batch_size=16",
-                 f"hydra.run.dir={tmp / 'run'}", f"results.dir={tmp / 'results'}"]
-    done = subprocess.run([sys.executable, "-m", "klue_tc", *overrides], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "KLUE_TC_CACHE": str(tmp / "cache")})
+    overrides = [
+        f"data.path={tmp / 'train.tsv'}",
+        "cv.folds=2",
+        "trainer.max_epochs=2",
+        "trainer.accelerator=cpu",
+        "logger=none",
+        "encoder.d_model=32",
+        "encoder.ffn_dim=64",
+        "encoder.heads=2",
+        "encoder.layers=1",
+        "head.hidden=32",
+        "tokenizer.vocab_size=200",
+        "data.batch_size=16",
+        f"hydra.run.dir={tmp / 'run'}",
+        f"results.dir={tmp / 'results'}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "klue_tc", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "KLUE_TC_CACHE": str(tmp / "cache")},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp / "run"
 
@@ -87,7 +107,31 @@ def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys
 
 
 def test_cli_subprocess_error_has_no_traceback(tmp_path: Path):
-    done = subprocess.run([sys.executable, "-m", "klue_tc.predict", str(tmp_path), "제목"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "klue_tc.predict", str(tmp_path), "제목"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "metrics.json" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_run_missing_one_fold_stops_unless_told_to_use_the_others(run_dir: Path, tmp_path: Path, capsys):
+    partial = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    partial["folds"][1]["checkpoint"] = str(tmp_path / "moved-away.ckpt")
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "metrics.json").write_text(json.dumps(partial), encoding="utf-8")
+    assert main([str(tmp_path / "partial"), "손흥민 결승골 폭발"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fold(s) 1 have no checkpoint" in err[0] and "--available-folds" in err[0]
+    assert main([str(tmp_path / "partial"), "손흥민 결승골 폭발", "--available-folds", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["label"] in LABEL_NAMES
+
+
+def test_an_empty_titles_file_says_so(run_dir: Path, tmp_path: Path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    assert main([str(run_dir), "--file", str(empty)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {empty}: the file is empty (one headline a line expected)"

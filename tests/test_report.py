@@ -1,4 +1,5 @@
 """The F1 comparison table from synthetic metrics.json files laid out as a sweep would leave them."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,13 @@ from klue_tc.report import CSV_COLUMNS, TABLE_KEY, f1_tables, write_report
 
 FOLDS = 3
 # (tokenizer, encoder, ln, layers) present in the synthetic sweep; mecab lacks some cells.
-CONFIGS = [(tok, enc, ln, layers)
-           for tok in ("sentencepiece", "mecab")
-           for enc, ln in (("transformer", "post"), ("transformer", "pre"), ("trans_blstm", "post"))
-           for layers in (2, 4, 6)
-           if not (tok == "mecab" and (layers == 6 or enc == "trans_blstm" and layers == 4))]
+CONFIGS = [
+    (tok, enc, ln, layers)
+    for tok in ("sentencepiece", "mecab")
+    for enc, ln in (("transformer", "post"), ("transformer", "pre"), ("trans_blstm", "post"))
+    for layers in (2, 4, 6)
+    if not (tok == "mecab" and (layers == 6 or enc == "trans_blstm" and layers == 4))
+]
 
 
 def fold_f1(config_index: int, fold: int) -> float:
@@ -29,10 +32,29 @@ def fold_f1(config_index: int, fold: int) -> float:
 
 def metrics(tok, enc, ln, layers, folds, head="cls", key=None) -> dict:
     key = key or f"{tok}-{enc}-{ln}-{layers}-{head}"
-    return {"experiment": enc, "encoder": enc, "ln": ln, "layers": layers, "head": head, "tokenizer": tok,
-            "config_hash": key, "sweep": "test", "cv_folds": FOLDS,
-            "folds": [{"fold": k, "f1": f1, "accuracy": f1 + 0.05, "best_epoch": 1, "train_samples_per_s": 1000.0 + k,
-                       "checkpoint": None, "tokenizer_dir": None} for k, f1 in folds]}
+    return {
+        "experiment": enc,
+        "encoder": enc,
+        "ln": ln,
+        "layers": layers,
+        "head": head,
+        "tokenizer": tok,
+        "config_hash": key,
+        "sweep": "test",
+        "cv_folds": FOLDS,
+        "folds": [
+            {
+                "fold": k,
+                "f1": f1,
+                "accuracy": f1 + 0.05,
+                "best_epoch": 1,
+                "train_samples_per_s": 1000.0 + k,
+                "checkpoint": None,
+                "tokenizer_dir": None,
+            }
+            for k, f1 in folds
+        ],
+    }
 
 
 def write_metrics(path: Path, payload: dict) -> None:
@@ -121,8 +143,9 @@ def test_single_run_directory_and_heads(tmp_path: Path):
 
 def test_cli_on_a_directory_without_results(tmp_path: Path):
     (tmp_path / "empty").mkdir()
-    done = subprocess.run([sys.executable, "-m", "klue_tc.report", str(tmp_path / "empty")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "klue_tc.report", str(tmp_path / "empty")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().startswith("error:") and "metrics.json" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -3,6 +3,7 @@
 The sweeps run as subprocesses (`python -m klue_tc --multirun --config-dir sweeps ...`) on tiny
 generated headlines, W&B offline, every output and cache under the test's tmp_path.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,13 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import REPO, make_headlines, write_tsv
+from conftest import REPO
 from klue_tc.config import register_schemas, validate
+from klue_tc.fingerprint import code_version
+from klue_tc.preflight import check_inputs
+from klue_tc.records import FoldResult
 from klue_tc.results import ResultsStore, config_hash
-from klue_tc.run import data_identity
+from klue_tc.run import results_key
 
 SWEEPS = REPO / "sweeps"
 SMOKE_JOBS = 8  # sweeps/smoke.yaml: 2 experiments x 2 layer counts x 2 folds
@@ -35,12 +39,14 @@ SKIPPED = "already finished"
 
 # --- helpers -------------------------------------------------------------------------------------
 
+
 def compose_sweep(name: str, overrides: list[str] = (), hydra_config: bool = False):
     """A sweep file composed the way `--config-dir sweeps --config-name NAME` composes it."""
     register_schemas()
     with initialize_config_dir(str(SWEEPS), version_base="1.3"):
-        return compose(name, overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", *overrides],
-                       return_hydra_config=hydra_config)
+        return compose(
+            name, overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", *overrides], return_hydra_config=hydra_config
+        )
 
 
 def sweep_jobs(name: str, overrides: list[str] = ()) -> list[list[str]]:
@@ -50,19 +56,33 @@ def sweep_jobs(name: str, overrides: list[str] = ()) -> list[list[str]]:
     return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
 
-@pytest.fixture
-def headlines_tsv(tmp_path) -> Path:
-    return write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
-
-
 def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "klue_tc", "--multirun", "--config-dir", str(SWEEPS), "--config-name", name,
-            f"data.path={data}", f"hydra.sweep.dir={sweep_dir}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "klue_tc",
+        "--multirun",
+        "--config-dir",
+        str(SWEEPS),
+        "--config-name",
+        name,
+        f"data.path={data}",
+        "data.limit=null",
+        f"hydra.sweep.dir={sweep_dir}",
+        *args,
+    ]
 
 
 def sweep_env(tmp_path: Path, **extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KLUE_TC_CACHE": str(tmp_path / "cache"),
-           "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", **extra}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "KLUE_TC_CACHE": str(tmp_path / "cache"),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "HF_HUB_OFFLINE": "1",
+        **extra,
+    }
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         env[var] = str(tmp_path / "wandb_home")
     env.pop("WANDB_API_KEY", None)
@@ -70,8 +90,9 @@ def sweep_env(tmp_path: Path, **extra: str) -> dict:
 
 
 def run_sweep(tmp_path: Path, command: list[str], timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, cwd=tmp_path, env=sweep_env(tmp_path, **env), capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        command, cwd=tmp_path, env=sweep_env(tmp_path, **env), capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return done
 
@@ -91,15 +112,22 @@ def assert_report(sweep_dir: Path, configs: int = 4, folds: int = 2) -> pd.DataF
 
 # --- fast: what the sweep files describe -----------------------------------------------------------
 
+
 def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
     jobs = sweep_jobs("paper")
     assert len(jobs) == 4 * 2 * 5 * 3 * 5 == 600
     assert len({tuple(job) for job in jobs}) == 600
-    axes = {key: sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith(key + "=")})
-            for key in ("+experiment", "encoder.ln", "encoder.layers", "tokenizer", "cv.fold")}
-    assert axes == {"+experiment": ["cnn", "trans_blstm", "trans_blstm_parallel", "transformer"],
-                    "encoder.ln": ["post", "pre"], "encoder.layers": ["2", "3", "4", "5", "6"],
-                    "tokenizer": ["kobert", "mecab", "sentencepiece"], "cv.fold": ["0", "1", "2", "3", "4"]}
+    axes = {
+        key: sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith(key + "=")})
+        for key in ("+experiment", "encoder.ln", "encoder.layers", "tokenizer", "cv.fold")
+    }
+    assert axes == {
+        "+experiment": ["cnn", "trans_blstm", "trans_blstm_parallel", "transformer"],
+        "encoder.ln": ["post", "pre"],
+        "encoder.layers": ["2", "3", "4", "5", "6"],
+        "tokenizer": ["kobert", "mecab", "sentencepiece"],
+        "cv.fold": ["0", "1", "2", "3", "4"],
+    }
 
     hydra = compose_sweep("paper", hydra_config=True).hydra
     assert hydra.sweep.dir == "outputs/sweeps/paper"  # not timestamped: the same command resumes
@@ -112,22 +140,37 @@ def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
         cfg = compose_sweep("paper", job)
         run = validate(cfg)
         assert cfg.sweep == "paper" and run.cv.folds == 5 and run.trainer.devices == 1
-        assert run.head.name.value == ("blstm" if run.encoder.name.value.startswith("trans_blstm") else "cls")
+        assert run.head.name == ("blstm" if run.encoder.name.startswith("trans_blstm") else "cls")
         assert f"encoder.ln={run.encoder.ln.value}" in job and f"+experiment={run.experiment}" in job
-        keys[config_hash(run, "data")] = job
+        keys[config_hash(run, "data", "32-true")] = job
     assert len(keys) == 8
     other_fold = validate(compose_sweep("paper", [*jobs[0][:-1], "cv.fold=4"]))
-    assert config_hash(other_fold, "data") in keys
+    assert config_hash(other_fold, "data", "32-true") in keys
 
 
 def test_full_training_sweep_is_the_five_experiments_on_the_regularized_recipe():
     jobs = sweep_jobs("full")
     runs = [validate(compose_sweep("full", job)) for job in jobs]
-    assert [r.experiment for r in runs] == ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
-    assert {(r.trainer.max_epochs, r.cv.fold, r.augment.p, r.augment.p_end, r.optim.rdrop_alpha,
-             r.optim.regularize_from_epoch) for r in runs} == {(10, 0, 0.6, 0.2, 0.5, 1)}
+    assert [r.experiment for r in runs] == [
+        "transformer",
+        "transformer_pre_ln",
+        "trans_blstm",
+        "trans_blstm_parallel",
+        "cnn",
+    ]
+    assert {
+        (
+            r.trainer.max_epochs,
+            r.cv.fold,
+            r.augment.p,
+            r.augment.p_end,
+            r.optim.rdrop_alpha,
+            r.optim.regularize_from_epoch,
+        )
+        for r in runs
+    } == {(10, 0, 0.6, 0.2, 0.5, 1)}
     assert [r.encoder.ln.value for r in runs] == ["post", "pre", "post", "post", "post"]
-    assert [r.head.name.value for r in runs] == ["cls", "cls", "blstm", "blstm", "cls"]
+    assert [r.head.name for r in runs] == ["cls", "cls", "blstm", "blstm", "cls"]
 
 
 def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
@@ -136,9 +179,11 @@ def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
     run = validate(compose_sweep("smoke", jobs[-1]))
     assert (run.cv.folds, run.trainer.max_epochs, run.encoder.d_model, run.data.limit) == (2, 1, 64, 500)
 
-    launchers = {name: compose_sweep("smoke", [f"hydra/launcher={name}"], hydra_config=True).hydra.launcher
-                 for name in ("parallel", "submitit_local", "slurm")}
-    assert launchers["parallel"]._target_.endswith("JoblibLauncher") and launchers["parallel"].n_jobs == 2
+    launchers = {
+        name: compose_sweep("smoke", [f"hydra/launcher={name}"], hydra_config=True).hydra.launcher
+        for name in ("parallel", "submitit_local", "slurm")
+    }
+    assert launchers["parallel"]._target_.endswith("ParallelLauncher") and launchers["parallel"].n_jobs == 2
     assert launchers["submitit_local"]._target_.endswith("LocalLauncher")
     slurm = launchers["slurm"]
     assert slurm._target_.endswith("SlurmLauncher")
@@ -151,11 +196,29 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
     store = ResultsStore(sweep_dir / "results")
     expected = {}
     for i, job in enumerate(sweep_jobs("smoke")):
-        run = validate(compose_sweep("smoke", [*job, f"data.path={headlines_tsv}"]))
-        key, fold, f1 = config_hash(run, data_identity(run.data)), run.cv.fold, 0.5 + i / 100
-        store.put(key, fold, {"fold": fold, "f1": f1, "accuracy": f1, "best_epoch": 0, "train_samples_per_s": 100.0,
-                              "checkpoint": None, "tokenizer_dir": None})
-        expected.setdefault((run.encoder.name.value, run.encoder.layers), []).append(f1)
+        run = validate(compose_sweep("smoke", [*job, f"data.path={headlines_tsv}", "data.limit=null"]))
+        key = results_key(run, check_inputs(run, tmp_path / "check", sweep_dir / "results"))
+        fold, f1 = run.cv.fold, 0.5 + i / 100
+        store.put(
+            key,
+            fold,
+            FoldResult(
+                fold,
+                f1,
+                f1,
+                best_epoch=1,
+                epochs_run=1,
+                train_samples_per_s=100.0,
+                time_to_first_step_s=None,
+                train_seconds=1.0,
+                train_size=49,
+                val_size=49,
+                checkpoint=None,
+                tokenizer_dir="",
+                code=code_version(),
+            ),
+        )
+        expected.setdefault((run.encoder.name, run.encoder.layers), []).append(f1)
     assert len(records(sweep_dir)) == SMOKE_JOBS
 
     done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, "logger=none"), timeout=300)
@@ -168,6 +231,7 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
 
 # --- slow: real sweeps --------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "parallel", "submitit_local"])
 def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_tsv, launcher):
@@ -175,8 +239,9 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
     logger = "logger=wandb" if launcher == "basic" else "logger=none"  # W&B once: it is slow to start
     env = {"OMP_NUM_THREADS": "1"} if launcher == "submitit_local" else {}  # 8 processes at once on 2 cores
     start = time.perf_counter()
-    done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, f"hydra/launcher={launcher}", logger),
-                     **env)
+    done = run_sweep(
+        tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, f"hydra/launcher={launcher}", logger), **env
+    )
     print(f"{launcher}: {time.perf_counter() - start:.1f} s")
 
     found = records(sweep_dir)
@@ -197,8 +262,14 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
 def test_killed_sweep_reruns_only_the_missing_jobs(tmp_path, headlines_tsv):
     sweep_dir = tmp_path / "sweep"
     command = sweep_command("smoke", sweep_dir, headlines_tsv, "logger=none")
-    process = subprocess.Popen(command, cwd=tmp_path, env=sweep_env(tmp_path), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=sweep_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while len(list((sweep_dir / "results").glob("*/fold*.json"))) < 2:
@@ -227,13 +298,13 @@ def test_resume_false_retrains_and_overwrites(tmp_path, headlines_tsv):
     sweep_dir = tmp_path / "sweep"
     one_job = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]  # replaces the axes
     run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, *one_job))
-    (path, first), = records(sweep_dir).items()
+    ((path, first),) = records(sweep_dir).items()
     stamp = path.stat().st_mtime_ns
 
     done = run_sweep(tmp_path, sweep_command("smoke", sweep_dir, headlines_tsv, *one_job, "results.resume=false"))
 
     assert SKIPPED not in done.stdout and done.stdout.count(TRAINED) == 1
-    (again, second), = records(sweep_dir).items()
+    ((again, second),) = records(sweep_dir).items()
     assert again == path and path.stat().st_mtime_ns > stamp and second["f1"] == pytest.approx(first["f1"])
 
 
@@ -242,11 +313,29 @@ def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv
     """Two trials: `trainer.max_epochs=0` is rejected at start-up (it could never validate): a failed
     trial, recorded, not the end of the study."""
     sweep_dir = tmp_path / "study"
-    tiny = ["encoder.d_model=choice(32,64)", "encoder.heads=2", "encoder.ffn_dim=64", "head.hidden=32",
-            "tokenizer.vocab_size=400", "data.batch_size=16", "cv.folds=2", "trainer.progress_bar=none"]
-    command = [sys.executable, "-m", "klue_tc", "hparams_search=optuna", f"data.path={headlines_tsv}",
-               f"hydra.sweep.dir={sweep_dir}", "logger=none", "hydra.sweeper.n_trials=2",
-               "hydra.sweeper.sampler.seed=0", "trainer.max_epochs=choice(0,1)", *tiny]
+    tiny = [
+        "encoder.d_model=choice(32,64)",
+        "encoder.heads=2",
+        "encoder.ffn_dim=64",
+        "head.hidden=32",
+        "tokenizer.vocab_size=400",
+        "data.batch_size=16",
+        "cv.folds=2",
+        "trainer.progress_bar=none",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "klue_tc",
+        "hparams_search=optuna",
+        f"data.path={headlines_tsv}",
+        f"hydra.sweep.dir={sweep_dir}",
+        "logger=none",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.seed=0",
+        "trainer.max_epochs=choice(0,1)",
+        *tiny,
+    ]
     done = run_sweep(tmp_path, command)
 
     scores = [json.loads(p.read_text())["cv_f1_mean"] for p in sorted(sweep_dir.glob("*/metrics.json"))]
@@ -256,6 +345,20 @@ def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv
     assert "trainer.max_epochs must be >= 1, got 0" in done.stdout + done.stderr
     result = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert result["best_value"] == pytest.approx(max(finite))
-    assert set(result["best_params"]) == {"optim.lr", "encoder.dropout", "encoder.d_model", "optim.warmup_ratio",
-                                          "trainer.max_epochs"}
+    assert set(result["best_params"]) == {
+        "optim.lr",
+        "encoder.dropout",
+        "encoder.d_model",
+        "optim.warmup_ratio",
+        "trainer.max_epochs",
+    }
     assert OmegaConf.load(sweep_dir / "0" / ".hydra" / "hydra.yaml").hydra.sweeper.direction == "maximize"
+
+
+def test_study_grid_is_the_120_paper_configurations_on_3_folds_of_10000_titles():
+    jobs = sweep_jobs("study")
+    assert len(jobs) == 120 * 3 and len({tuple(job) for job in jobs}) == 360
+    run = validate(compose_sweep("study", jobs[-1]))
+    assert (run.data.limit, run.cv.folds, run.trainer.max_epochs, run.sweep) == (10_000, 3, 6, "study")
+    configs = {tuple(o for o in job if not o.startswith("cv.fold=")) for job in jobs}
+    assert len(configs) == 120

@@ -3,18 +3,23 @@ import pytest
 
 from conftest import SHARED_KOBERT, make_headlines
 from klue_tc import tokenizers as tk
-from klue_tc.config import TokenizerConfig, TokenizerKind
 from klue_tc.errors import ResourceError
+from klue_tc.registry import TOKENIZERS
+from klue_tc.tokenizers import cache as tokenizer_cache
 
 TRAIN = [t for _, t in make_headlines(per_class=10)]
 UNSEEN = "뷁똠 퓽꿻"  # words and syllables that never occur in TRAIN
 
 
-def fitted(kind: TokenizerKind, **kw) -> tk.Tokenizer:
-    return tk.fit_tokenizer(TokenizerConfig(name=kind, vocab_size=400, **kw), TRAIN)
+def config(kind: str = "sentencepiece", **kw):
+    return TOKENIZERS.config_for(kind, **kw)
 
 
-@pytest.mark.parametrize("kind", [TokenizerKind.sentencepiece, TokenizerKind.mecab])
+def fitted(kind: str, **kw) -> tk.Tokenizer:
+    return tk.fit_tokenizer(config(kind, vocab_size=400, **kw), TRAIN)
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "mecab"])
 def test_trained_tokenizers_frame_with_cls_sep_and_use_the_shared_specials(kind):
     tok = fitted(kind)
     assert tok.specials == tk.SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
@@ -24,19 +29,19 @@ def test_trained_tokenizers_frame_with_cls_sep_and_use_the_shared_specials(kind)
     assert max(ids) < tok.vocab_size
 
 
-@pytest.mark.parametrize("kind", [TokenizerKind.sentencepiece, TokenizerKind.mecab])
+@pytest.mark.parametrize("kind", ["sentencepiece", "mecab"])
 def test_vocabulary_comes_from_training_titles_only(kind):
     tok = fitted(kind)
     ids = tok.encode([UNSEEN])[0][1:-1]
-    word_boundary = {tok.processor.piece_to_id("▁")} if kind == TokenizerKind.sentencepiece else set()
+    word_boundary = {tok.processor.piece_to_id("▁")} if kind == "sentencepiece" else set()
     assert set(ids) - word_boundary == {1}  # every piece of an unseen title is [UNK]
 
 
 def test_sentencepiece_round_trip_and_model_types():
-    tok = fitted(TokenizerKind.sentencepiece)
+    tok = fitted("sentencepiece")
     ids = tok.encode(["코스피 상승 마감"])[0]
     assert tok.processor.decode(ids[1:-1]) == "코스피 상승 마감"
-    char = fitted(TokenizerKind.sentencepiece, model_type="char")
+    char = fitted("sentencepiece", model_type="char")
     pieces = [char.processor.id_to_piece(i) for i in char.encode(["코스피"])[0][1:-1]]
     assert pieces == ["▁", "코", "스", "피"]  # one piece per syllable
 
@@ -45,7 +50,7 @@ def test_mecab_splits_morphemes():
     assert tk.MecabTokenizer.morphemes(["유튜브 내달 2일까지 운영"])[0] == ["유튜브", "내달", "2", "일", "까지", "운영"]
 
 
-@pytest.mark.parametrize("kind", [TokenizerKind.sentencepiece, TokenizerKind.mecab])
+@pytest.mark.parametrize("kind", ["sentencepiece", "mecab"])
 def test_save_and_load_encode_identically(kind, tmp_path):
     tok = fitted(kind)
     again = tk.load_tokenizer(tok.save(tmp_path / "tok"))
@@ -54,14 +59,14 @@ def test_save_and_load_encode_identically(kind, tmp_path):
 
 
 def test_truncation_keeps_the_framing():
-    tok = tk.fit_tokenizer(TokenizerConfig(vocab_size=400, max_length=5), TRAIN)
+    tok = tk.fit_tokenizer(config(vocab_size=400, max_length=5), TRAIN)
     ids = tok.encode([" ".join(TRAIN[:5])])[0]
     assert len(ids) == 5 and ids[0] == 2 and ids[-1] == 3
 
 
 def test_cache_fits_once_per_training_fold_and_reuses_encodings(tmp_path, monkeypatch):
     cache = tk.TokenizerCache(tmp_path)
-    cfg = TokenizerConfig(vocab_size=400)
+    cfg = config(vocab_size=400)
     tok, key = cache.tokenizer(cfg, TRAIN, "fold0")
     encoded = cache.encoded(tok, key, TRAIN, "all")
     _, other_fold_key = cache.tokenizer(cfg, TRAIN[:40], "fold1")
@@ -70,7 +75,7 @@ def test_cache_fits_once_per_training_fold_and_reuses_encodings(tmp_path, monkey
     def must_not_fit(*args, **kwargs):
         raise AssertionError("a cached tokenizer was fitted again")
 
-    monkeypatch.setattr(tk, "fit_tokenizer", must_not_fit)
+    monkeypatch.setattr(tokenizer_cache, "fit_tokenizer", must_not_fit)
     monkeypatch.setattr(tk.Tokenizer, "encode", must_not_fit)
     tok2, key2 = cache.tokenizer(cfg, TRAIN, "fold0")
     assert key2 == key
@@ -88,12 +93,12 @@ def test_encoded_titles_take_matches_python_slicing():
 
 def test_kobert_without_hub_or_path_says_what_to_pass():
     with pytest.raises(ResourceError, match="tokenizer.model_path="):
-        tk.kobert_model_file(TokenizerConfig(name=TokenizerKind.kobert))
+        tk.kobert_model_file(config("kobert"))
 
 
 @pytest.mark.skipif(not SHARED_KOBERT.exists(), reason="../shared/models/kobert-base-v1/spiece.model is not present")
 def test_kobert_ids_match_the_published_model():
-    tok = tk.fit_tokenizer(TokenizerConfig(name=TokenizerKind.kobert, model_path=str(SHARED_KOBERT)), [])
+    tok = tk.fit_tokenizer(config("kobert", model_path=str(SHARED_KOBERT)), [])
     assert tok.specials == tk.SpecialIds(pad=1, unk=0, cls=2, sep=3, mask=4)
     assert tok.vocab_size == 8002
     assert tok.encode(["한국어 모델을 공유합니다."])[0] == [2, 4958, 6855, 2046, 7088, 1050, 7843, 54, 3]
@@ -101,12 +106,13 @@ def test_kobert_ids_match_the_published_model():
 
 def test_too_small_sentencepiece_vocabulary_is_a_config_error():
     from klue_tc.errors import ConfigError
+
     with pytest.raises(ConfigError, match="raise tokenizer.vocab_size"):
-        tk.fit_tokenizer(TokenizerConfig(vocab_size=20), TRAIN)
+        tk.fit_tokenizer(config(vocab_size=20), TRAIN)
 
 
 def test_sampled_segmentations_vary_by_seed_and_keep_the_text():
-    tok = fitted(TokenizerKind.sentencepiece)
+    tok = fitted("sentencepiece")
     titles = TRAIN * 10  # enough for SentencePiece to spread a batch over threads
     first, again, other = (tok.encode_sampled(titles, 0.2, seed) for seed in (1, 1, 2))
     assert first == again  # seeded: reproducible
@@ -117,5 +123,5 @@ def test_sampled_segmentations_vary_by_seed_and_keep_the_text():
 
 
 def test_sampling_leaves_the_tokenizer_cache_key_alone():
-    plain, sampled = TokenizerConfig(), TokenizerConfig(sampling_alpha=0.2)
-    assert tk.tokenizer_key(plain, "data") == tk.tokenizer_key(sampled, "data")
+    plain, sampled = config(), config(sampling_alpha=0.2)
+    assert tokenizer_cache.tokenizer_key(plain, "data") == tokenizer_cache.tokenizer_key(sampled, "data")

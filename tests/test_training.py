@@ -2,15 +2,25 @@ import csv
 import json
 
 import numpy as np
-
 import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
 
 EXPERIMENTS = ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
-CONTRACT_KEYS = {"experiment", "encoder", "ln", "layers", "head", "tokenizer", "folds", "cv_f1_mean", "cv_f1_std",
-                 "cv_accuracy_mean", "train_samples_per_s"}
+CONTRACT_KEYS = {
+    "experiment",
+    "encoder",
+    "ln",
+    "layers",
+    "head",
+    "tokenizer",
+    "folds",
+    "cv_f1_mean",
+    "cv_f1_std",
+    "cv_accuracy_mean",
+    "train_samples_per_s",
+}
 
 
 def overrides(tmp_path, data, *extra):
@@ -20,8 +30,19 @@ def overrides(tmp_path, data, *extra):
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_trains_a_few_steps(tmp_path, tiny_tsv, experiment):
     run_dir = tmp_path / "run"
-    run_in_process(overrides(tmp_path, tiny_tsv, f"+experiment={experiment}", "encoder.layers=2", "cv.folds=2",
-                             "cv.fold=0", "trainer.max_epochs=1", "trainer.limit_train_batches=2"), run_dir)
+    run_in_process(
+        overrides(
+            tmp_path,
+            tiny_tsv,
+            f"+experiment={experiment}",
+            "encoder.layers=2",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=1",
+            "trainer.limit_train_batches=2",
+        ),
+        run_dir,
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert CONTRACT_KEYS <= metrics.keys()
     assert metrics["experiment"] == experiment and metrics["layers"] == 2
@@ -34,8 +55,19 @@ def test_every_experiment_trains_a_few_steps(tmp_path, tiny_tsv, experiment):
 def test_a_learnable_task_reaches_f1_well_above_chance(tmp_path):
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30, seed=1))
     run_dir = tmp_path / "run"
-    cv_f1 = run_in_process(overrides(tmp_path, data, "+experiment=transformer", "encoder.layers=2", "cv.folds=3",
-                                     "cv.fold=0", "trainer.max_epochs=12", "optim.lr=3e-3"), run_dir)
+    cv_f1 = run_in_process(
+        overrides(
+            tmp_path,
+            data,
+            "+experiment=transformer",
+            "encoder.layers=2",
+            "cv.folds=3",
+            "cv.fold=0",
+            "trainer.max_epochs=12",
+            "optim.lr=3e-3",
+        ),
+        run_dir,
+    )
     assert cv_f1 > 0.8  # chance is 1/7
 
 
@@ -43,36 +75,52 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
     results = []
     for attempt in range(2):
         run_dir = tmp_path / f"run{attempt}"
-        run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=trans_blstm", "encoder.layers=2", "cv.folds=2",
-                                 "cv.fold=1", "trainer.max_epochs=2", "results.resume=false"), run_dir)
+        run_in_process(
+            overrides(
+                tmp_path,
+                tiny_tsv,
+                "+experiment=trans_blstm",
+                "encoder.layers=2",
+                "cv.folds=2",
+                "cv.fold=1",
+                "trainer.max_epochs=2",
+                "results.resume=false",
+            ),
+            run_dir,
+        )
         fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
         results.append((fold["f1"], fold["accuracy"], fold["best_epoch"]))
     assert results[0] == results[1]
 
 
-@pytest.mark.parametrize("accelerator, gpu, bf16_flag, asked, expected", [
-    ("cpu", False, None, None, "32-true"),                 # bf16 would be emulated: slower than fp32
-    ("cpu", False, "amx_bf16", None, "bf16-mixed"),        # Intel AMX: bf16 matrix tiles
-    ("cpu", False, "avx512_bf16", None, "bf16-mixed"),     # AVX-512 BF16 dot products (AMD Zen 4)
-    ("auto", True, None, None, "bf16-mixed"),              # GPU
-    ("cpu", False, "amx_bf16", "32-true", "32-true"),      # an explicit trainer.precision always wins
-])
+@pytest.mark.parametrize(
+    "accelerator, gpu, bf16_flag, asked, expected",
+    [
+        ("cpu", False, None, None, "32-true"),  # bf16 would be emulated: slower than fp32
+        ("cpu", False, "amx_bf16", None, "bf16-mixed"),  # Intel AMX: bf16 matrix tiles
+        ("cpu", False, "avx512_bf16", None, "bf16-mixed"),  # AVX-512 BF16 dot products (AMD Zen 4)
+        ("auto", True, None, None, "bf16-mixed"),  # GPU
+        ("cpu", False, "amx_bf16", "32-true", "32-true"),  # an explicit trainer.precision always wins
+    ],
+)
 def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, bf16_flag, expected, asked):
     import torch
 
-    from klue_tc import fold
+    from klue_tc import hardware
     from klue_tc.config import TrainerConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(fold, "cpu_flags", lambda: frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])}))
-    assert fold.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])}))
+    assert hardware.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
 
 
 def test_cpu_flags_come_from_the_kernel_list(tmp_path):
-    from klue_tc.fold import cpu_flags
+    from klue_tc.hardware import cpu_flags
 
-    (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n\n"
-                                      "processor\t: 1\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n")
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n\n"
+        "processor\t: 1\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n"
+    )
     assert cpu_flags(tmp_path / "cpuinfo") == {"fpu", "sse2", "amx_bf16", "amx_tile"}
     assert cpu_flags(tmp_path / "absent") == set()
 
@@ -80,21 +128,33 @@ def test_cpu_flags_come_from_the_kernel_list(tmp_path):
 def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     import torch
 
-    from klue_tc import fold
+    from klue_tc import training
     from klue_tc.module import TopicClassifierModule
 
-    slim = fold.save_weights_only
+    slim = training.save_weights_only
 
     def keep_the_raw_weights_aside(source, target):  # the un-averaged weights, before slimming drops them
         target.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(torch.load(source, map_location="cpu", weights_only=False)["current_model_state"],
-                   target.parent / "raw.pt")
+        torch.save(
+            torch.load(source, map_location="cpu", weights_only=False)["current_model_state"], target.parent / "raw.pt"
+        )
         slim(source, target)
 
-    monkeypatch.setattr(fold, "save_weights_only", keep_the_raw_weights_aside)
+    monkeypatch.setattr(training, "save_weights_only", keep_the_raw_weights_aside)
     run_dir = tmp_path / "run"
-    run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2",
-                             "cv.fold=0", "trainer.max_epochs=2", "optim.ema_decay=0.9"), run_dir)
+    run_in_process(
+        overrides(
+            tmp_path,
+            tiny_tsv,
+            "+experiment=transformer",
+            "encoder.layers=2",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=2",
+            "optim.ema_decay=0.9",
+        ),
+        run_dir,
+    )
     path = run_dir / "fold0" / "best.ckpt"
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     assert "optimizer_states" not in checkpoint and "current_model_state" not in checkpoint  # slimmed
@@ -106,20 +166,26 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
 
 
 def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_tsv):
-    from klue_tc.config import DataConfig, TokenizerConfig
+    from klue_tc.config import DataConfig
     from klue_tc.datamodule import EncodedSplit, FoldDataModule
+    from klue_tc.registry import TOKENIZERS
     from klue_tc.tokenizers import EncodedTitles, fit_tokenizer
 
     texts = [t for _, t in make_headlines(per_class=6)]
-    tok = fit_tokenizer(TokenizerConfig(vocab_size=300), texts)
+    tok = fit_tokenizer(TOKENIZERS.config_for("sentencepiece", vocab_size=300), texts)
     plain = EncodedTitles.from_lists(tok.encode(texts))
     labels = np.zeros(len(texts), dtype=np.int64)
 
     def resample(epoch):
         return EncodedTitles.from_lists(tok.encode_sampled(texts, 0.3, epoch))
 
-    module = FoldDataModule(EncodedSplit(plain, labels, resample), EncodedSplit(plain, labels),
-                            DataConfig(batch_size=len(texts)), tok.specials.pad, seed=0)
+    module = FoldDataModule(
+        EncodedSplit(plain, labels, resample),
+        EncodedSplit(plain, labels),
+        DataConfig(batch_size=len(texts)),
+        tok.specials.pad,
+        seed=0,
+    )
 
     class Clock:  # what the datamodule reads from its trainer
         current_epoch = 0
@@ -129,7 +195,9 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     for epoch in (0, 1):
         Clock.current_epoch = epoch
         batch = next(iter(module.train_dataloader()))
-        ids.append({int(i): row[row != tok.specials.pad].tolist() for i, row in zip(batch["index"], batch["input_ids"])})
+        ids.append(
+            {int(i): row[row != tok.specials.pad].tolist() for i, row in zip(batch["index"], batch["input_ids"])}
+        )
     assert ids[0].keys() == ids[1].keys() == set(range(len(texts)))
     assert ids[0] != ids[1]
     for i, plain_ids in enumerate(tok.encode(texts)):  # different pieces, the same title
@@ -148,7 +216,6 @@ def test_ema_decay_ramps_up_then_holds():
         assert torch.allclose(averaged[0], torch.full((3,), 1 - expected_decay))
 
 
-
 def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_tsv):
     import torch
     import yaml
@@ -156,12 +223,30 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     from klue_tc.module import TopicClassifierModule
 
     run_dir = tmp_path / "run"
-    run_in_process(overrides(tmp_path, tiny_tsv, "+experiment=transformer", "recipe=regularized", "encoder.layers=2",
-                             "cv.folds=2", "cv.fold=0", "trainer.max_epochs=2", "logger=csv",
-                             "trainer.log_every_n_steps=1"), run_dir)
+    run_in_process(
+        overrides(
+            tmp_path,
+            tiny_tsv,
+            "+experiment=transformer",
+            "recipe=regularized",
+            "encoder.layers=2",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=2",
+            "logger=csv",
+            "trainer.log_every_n_steps=1",
+        ),
+        run_dir,
+    )
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["augment"] == {"p": 0.6, "min_len": 5, "mlm_weight": 1.0, "random_share": 0.1, "keep_share": 0.1,
-                                  "p_end": 0.2}
+    assert config["augment"] == {
+        "p": 0.6,
+        "min_len": 5,
+        "mlm_weight": 1.0,
+        "random_share": 0.1,
+        "keep_share": 0.1,
+        "p_end": 0.2,
+    }
     assert config["optim"]["rdrop_alpha"] == 0.5 and config["encoder"]["dropout"] == 0.3
     assert config["optim"]["regularize_from_epoch"] == 1
     # The masking rate is logged from the second epoch (late regularization), falling towards 20 %.
@@ -177,20 +262,34 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     assert probs.shape == (1, 7) and torch.allclose(probs.sum(), torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("every_s, second_run_epochs", [
-    (0.0, [2]),          # state written after every epoch: the second run trains epoch 3 only
-    (3600.0, [0, 1, 2]),  # no epoch was an hour after the last write: nothing to resume, all again
-])
-def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny_tsv, monkeypatch, every_s,
-                                                                  second_run_epochs):
-    from klue_tc import fold
+@pytest.mark.parametrize(
+    "every_s, second_run_epochs",
+    [
+        (0.0, [2]),  # state written after every epoch: the second run trains epoch 3 only
+        (3600.0, [0, 1, 2]),  # no epoch was an hour after the last write: nothing to resume, all again
+    ],
+)
+def test_an_interrupted_fold_resumes_after_its_last_written_epoch(
+    tmp_path, tiny_tsv, monkeypatch, every_s, second_run_epochs
+):
+    from klue_tc import progress, training
 
     # Masking and dropout on: a resumed fold must also draw the random numbers an uninterrupted one does.
-    args = overrides(tmp_path, tiny_tsv, "+experiment=transformer", "encoder.layers=2", "cv.folds=2", "cv.fold=0",
-                     "trainer.max_epochs=3", "trainer.early_stopping_patience=5", "augment.p=0.3", "augment.min_len=1",
-                     "encoder.dropout=0.3")
+    args = overrides(
+        tmp_path,
+        tiny_tsv,
+        "+experiment=transformer",
+        "encoder.layers=2",
+        "cv.folds=2",
+        "cv.fold=0",
+        "trainer.max_epochs=3",
+        "trainer.early_stopping_patience=5",
+        "augment.p=0.3",
+        "augment.min_len=1",
+        "encoder.dropout=0.3",
+    )
     epochs_trained, killed, val_losses = [], [], []
-    real_epoch_line = fold.EpochLine.on_validation_end
+    real_epoch_line = progress.EpochLine.on_validation_end
 
     def count_epochs(self, trainer, pl_module):
         real_epoch_line(self, trainer, pl_module)
@@ -202,10 +301,10 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
             killed.append(True)
             raise KeyboardInterrupt  # as Ctrl-C would; a SLURM time limit or kill -9 stops it harder
 
-    monkeypatch.setattr(fold, "RESUME_CHECKPOINT_EVERY_S", every_s)
-    monkeypatch.setattr(fold.EpochLine, "on_validation_end", count_epochs)
-    monkeypatch.setattr(fold.EpochLine, "on_train_epoch_start", killed_after_two_epochs, raising=False)
-    with pytest.raises(BaseException):
+    monkeypatch.setattr(training, "RESUME_CHECKPOINT_EVERY_S", every_s)
+    monkeypatch.setattr(progress.EpochLine, "on_validation_end", count_epochs)
+    monkeypatch.setattr(progress.EpochLine, "on_train_epoch_start", killed_after_two_epochs, raising=False)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into exit 1
         run_in_process(args, tmp_path / "first")
     state = next((tmp_path / "results").glob("*/fold0.training"))
     assert (state / "last.ckpt").is_file() == (every_s == 0)
@@ -214,7 +313,7 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
     run_in_process(args, tmp_path / "second")
     assert epochs_trained == [0, 1, *second_run_epochs]
     fold0 = json.loads((tmp_path / "second" / "metrics.json").read_text())["folds"][0]
-    assert fold0["epochs_run"] == 3 and 0 <= fold0["best_epoch"] <= 2
+    assert fold0["epochs_run"] == 3 and 1 <= fold0["best_epoch"] <= 3
     assert (tmp_path / "second" / "fold0" / "best.ckpt").is_file()
     assert not state.exists()  # the record is written: the training state is gone
 
@@ -225,14 +324,17 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(tmp_path, tiny
     run_in_process([*args, f"results.dir={tmp_path / 'straight'}"], tmp_path / "straight")
     straight = json.loads((tmp_path / "straight" / "metrics.json").read_text())["folds"][0]
     assert val_losses[-1] == resumed_last_loss and epochs_trained[-3:] == [0, 1, 2]
-    assert (fold0["f1"], fold0["accuracy"], fold0["best_epoch"]) == (straight["f1"], straight["accuracy"],
-                                                                      straight["best_epoch"])
+    assert (fold0["f1"], fold0["accuracy"], fold0["best_epoch"]) == (
+        straight["f1"],
+        straight["accuracy"],
+        straight["best_epoch"],
+    )
 
 
 def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
     import torch
 
-    from klue_tc.fold import resume_point
+    from klue_tc.checkpoints import resume_point
 
     state = tmp_path / "fold0.training"
     state.mkdir()

@@ -4,6 +4,7 @@ Padding is honoured everywhere, so appending pads never changes a real token's o
 attention masks padded keys, BLSTMs run over packed real tokens only, convolutions see
 zeros at pads.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -15,7 +16,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from klue_tc.config import FFNActivation
-
 
 # On CPU, SDPA's flash kernel is slower than its math path for titles this short: with
 # bf16 autocast, 0.55 vs 0.34 s per training step (3 layers, batch 256, ~18 tokens; README).
@@ -52,8 +52,7 @@ class SelfAttention(nn.Module):
     a score depends on the two tokens and their offset only. Neither depends on the title's length,
     so appended pads still change nothing."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False,
-                 rotary_positions: int = 0):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, alibi: bool = False, rotary_positions: int = 0):
         """`rotary_positions` > 0: RoPE, its angle tables built once for that many positions."""
         super().__init__()
         self.heads, self.dropout = heads, dropout
@@ -73,8 +72,9 @@ class SelfAttention(nn.Module):
         keep = ~padding[:, None, None, :]  # (B, 1, 1, L): True where a key may be attended
         mask = keep if self.slopes is None else self.distance_bias(length, q.dtype).masked_fill(~keep, float("-inf"))
         with sdpa_kernel(_CPU_ATTENTION) if x.is_cpu else nullcontext():  # on a GPU torch picks the kernel
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                               dropout_p=self.dropout if self.training else 0.0)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+            )
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
     def distance_bias(self, length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -127,8 +127,7 @@ def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Tensor):
 
 
 def _reversible(lstm: nn.LSTM) -> bool:
-    return (lstm.bidirectional and lstm.num_layers == 1 and lstm.bias and lstm.batch_first
-            and not lstm.proj_size)
+    return lstm.bidirectional and lstm.num_layers == 1 and lstm.bias and lstm.batch_first and not lstm.proj_size
 
 
 def _bidirectional_by_reversal(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Tensor, lengths: torch.Tensor):

@@ -1,4 +1,5 @@
 """Encoder + head: the whole topic classifier as a plain nn.Module."""
+
 from __future__ import annotations
 
 import torch
@@ -45,5 +46,7 @@ class TopicClassifier(nn.Module):
         return (logits, states) if return_states else logits
 
 
-def build_classifier(vocab_size: int, pad_id: int, encoder: EncoderConfig, head: HeadConfig, classes: int) -> TopicClassifier:
+def build_classifier(
+    vocab_size: int, pad_id: int, encoder: EncoderConfig, head: HeadConfig, classes: int
+) -> TopicClassifier:
     return TopicClassifier(vocab_size, pad_id, encoder, head, classes)

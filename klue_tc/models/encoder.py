@@ -1,4 +1,5 @@
-"""Embeddings and the stack of encoder blocks for every variant."""
+"""Embeddings and the stack of encoder blocks; each variant (models/encoders/) says what follows attention."""
+
 from __future__ import annotations
 
 import math
@@ -6,10 +7,9 @@ import math
 import torch
 from torch import nn
 
-from klue_tc.config import EncoderConfig, EncoderKind, LayerNormPlacement, PositionKind
-from klue_tc.models.blocks import (
-    BLSTMSublayer, ConvSublayer, FeedForward, FFNWithBLSTM, Residual, SelfAttention,
-)
+from klue_tc.config import EncoderConfig, LayerNormPlacement, PositionKind
+from klue_tc.models.blocks import Residual, SelfAttention
+from klue_tc.registry import ENCODERS
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -44,7 +44,7 @@ class Embeddings(nn.Module):
             self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
         if self.add_positions:
             scaled = cfg.positions == PositionKind.scaled_sinusoidal
-            self.position_gain = nn.Parameter(torch.tensor(cfg.d_model ** -0.5 if scaled else 1.0), requires_grad=scaled)
+            self.position_gain = nn.Parameter(torch.tensor(cfg.d_model**-0.5 if scaled else 1.0), requires_grad=scaled)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(input_ids) * self.scale
@@ -53,29 +53,19 @@ class Embeddings(nn.Module):
         return self.drop(x)
 
 
-def position_wise_sublayer(cfg: EncoderConfig) -> list[nn.Module]:
-    """What follows attention in one block, per encoder variant."""
-    d = cfg.d_model
-    if cfg.name == EncoderKind.transformer:
-        return [FeedForward(d, cfg.ffn_dim, cfg.ffn_activation)]
-    if cfg.name == EncoderKind.trans_blstm:  # TRANS-BLSTM-SMALL: the BLSTM replaces the FFN
-        return [BLSTMSublayer(d)]
-    if cfg.name == EncoderKind.trans_blstm_parallel:
-        return [FFNWithBLSTM(d, cfg.ffn_dim, cfg.ffn_activation)]
-    if cfg.name == EncoderKind.cnn:
-        return [ConvSublayer(d, cfg.conv_channels, cfg.conv_kernel, cfg.dropout),
-                FeedForward(d, cfg.ffn_dim, cfg.ffn_activation)]
-    raise ValueError(f"unknown encoder {cfg.name}")
-
-
 class EncoderBlock(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         pre_ln = cfg.ln == LayerNormPlacement.pre
         alibi, rotary = cfg.positions == PositionKind.alibi, cfg.positions == PositionKind.rotary
-        attention = SelfAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, alibi=alibi,
-                                  rotary_positions=cfg.max_positions if rotary else 0)
-        sublayers = [attention, *position_wise_sublayer(cfg)]
+        attention = SelfAttention(
+            cfg.d_model,
+            cfg.heads,
+            cfg.attention_dropout,
+            alibi=alibi,
+            rotary_positions=cfg.max_positions if rotary else 0,
+        )
+        sublayers = [attention, *ENCODERS[cfg.name].build(cfg)]
         self.sublayers = nn.ModuleList(Residual(s, cfg.d_model, cfg.dropout, pre_ln) for s in sublayers)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,20 @@
-"""Classification heads over the encoder states; all read real tokens only."""
+"""Classification heads over the encoder states, registered by name; all read real tokens only."""
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from klue_tc.config import HeadConfig, HeadKind
+from klue_tc.config import HeadConfig
 from klue_tc.models.blocks import packed_lstm
+from klue_tc.registry import HEADS
 
 
 def mlp(d_in: int, hidden: int, classes: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, classes))
 
 
+@HEADS.register("cls", HeadConfig)
 class ClsHead(nn.Module):
     """The [CLS] state through Linear-ReLU-Linear."""
 
@@ -23,6 +26,7 @@ class ClsHead(nn.Module):
         return self.mlp(states[:, 0])
 
 
+@HEADS.register("mean", HeadConfig)
 class MeanHead(nn.Module):
     """Masked mean over real tokens through Linear-ReLU-Linear."""
 
@@ -35,6 +39,7 @@ class MeanHead(nn.Module):
         return self.mlp((states * real).sum(1) / real.sum(1).clamp(min=1.0))
 
 
+@HEADS.register("blstm", HeadConfig)
 class BLSTMHead(nn.Module):
     """The paper's BLSTM decoder: the final state of each direction over the real tokens.
 
@@ -53,8 +58,5 @@ class BLSTMHead(nn.Module):
         return self.out(self.drop(torch.cat([h_n[0], h_n[1]], dim=-1)))
 
 
-HEADS = {HeadKind.cls: ClsHead, HeadKind.mean: MeanHead, HeadKind.blstm: BLSTMHead}
-
-
 def build_head(d_model: int, cfg: HeadConfig, classes: int) -> nn.Module:
-    return HEADS[cfg.name](d_model, cfg, classes)
+    return HEADS[cfg.name].build(d_model, cfg, classes)

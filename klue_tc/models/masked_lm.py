@@ -1,4 +1,5 @@
 """A masked-LM head for the auxiliary loss on the augmentation's [MASK] tokens."""
+
 from __future__ import annotations
 
 import torch

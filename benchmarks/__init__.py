@@ -1,0 +1,91 @@
+"""Training throughput and macro-F1 against the original notebook's design; sweep overhead; GPU projection.
+
+    python -m benchmarks [--limit 5000] [--epochs 1] [--encoders transformer,trans_blstm,...]
+    python -m benchmarks --gpu          # the same on CUDA, then the paper sweep's projected wall time
+
+Each encoder (3 layers, the experiments' sizes) is trained three ways on the same titles, each
+in a fresh subprocess with the same torch thread count:
+
+- klue_tc: klue_tc's own path (``prepare_fold`` + ``train_fold``), ``data.bucketing=true``;
+- notebook path: the same with ``data.bucketing=false`` (every title padded to the longest
+  training title, no buckets: the original notebook's data path);
+- seed_reference: ``../shared/bench/seed_reference.py`` (the notebook's design as a plain torch
+  loop), where it is present and has that architecture.
+
+The training split is seed_reference's own (a stratified 10% of --data held out with
+random_state=0, then --limit titles sampled from the rest with random_state=0), so all three
+train on the same titles and are scored on the same held-out titles. Titles/s is FoldMonitor's
+``train_samples_per_s``, the figure ``metrics.json`` reports. Sweep overhead is measured by
+running the real main job (``python -m klue_tc``) twice, with a fresh cache and then cached.
+"""
+
+from benchmarks.cli import main
+from benchmarks.constants import DEFAULT_DATA, ENCODERS, LAYERS, REPO_ROOT, YNAT_TRAIN_TITLES
+from benchmarks.processes import Finished, run_measured
+from benchmarks.projection import (
+    PAPER_GRID,
+    concurrent_throughput,
+    fastest,
+    gpu_projection,
+    grid_axis,
+    paper_sweep_settings,
+    project_sweep,
+)
+from benchmarks.reference import (
+    CPU_CLOCK_LAUNCHER,
+    DEFAULT_REFERENCE,
+    REFERENCE_ARCH,
+    parse_reference_line,
+    reference_split,
+)
+from benchmarks.render import (
+    DASH,
+    TABLE_HEADER,
+    TARGET_CACHED_FIRST_STEP_S,
+    TARGET_SPEEDUP,
+    fmt,
+    fmt_seconds,
+    markdown_table,
+    print_rich,
+    render,
+    table_rows,
+    target_checks,
+)
+from benchmarks.runner import Bench
+from benchmarks.worker import run_worker
+
+__all__ = [
+    "DEFAULT_DATA",
+    "ENCODERS",
+    "LAYERS",
+    "REPO_ROOT",
+    "YNAT_TRAIN_TITLES",
+    "CPU_CLOCK_LAUNCHER",
+    "DEFAULT_REFERENCE",
+    "REFERENCE_ARCH",
+    "parse_reference_line",
+    "reference_split",
+    "PAPER_GRID",
+    "concurrent_throughput",
+    "fastest",
+    "gpu_projection",
+    "grid_axis",
+    "paper_sweep_settings",
+    "project_sweep",
+    "DASH",
+    "TABLE_HEADER",
+    "TARGET_CACHED_FIRST_STEP_S",
+    "TARGET_SPEEDUP",
+    "fmt",
+    "fmt_seconds",
+    "markdown_table",
+    "print_rich",
+    "render",
+    "table_rows",
+    "target_checks",
+    "Finished",
+    "run_measured",
+    "run_worker",
+    "Bench",
+    "main",
+]

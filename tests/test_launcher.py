@@ -1,0 +1,118 @@
+"""The parallel launcher (`hydra/launcher=parallel`): k workers per GPU, each pinned to its GPU.
+
+The assignment is a pure function, tested on faked device lists; one tiny sweep runs through the
+launcher on the CPU with two faked GPUs and reads back which one each job was given.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+
+import pytest
+from joblib import cpu_count
+from omegaconf import OmegaConf
+from test_sweeps import compose_sweep, records, run_sweep, sweep_command, sweep_env
+
+from hydra_plugins.klue_tc_launcher._workers import LauncherConfigError, Slot, describe, visible_gpus, worker_slots
+
+
+def test_two_gpus_three_jobs_each_is_six_workers_three_per_gpu():
+    slots = worker_slots(["0", "1"], jobs_per_gpu=3, cpu_count=24, n_jobs=2)
+    assert len(slots) == 6 and Counter(s.gpu for s in slots) == {"0": 3, "1": 3}
+    assert {s.threads for s in slots} == {24 // 6}
+    assert [s.gpu for s in slots[:2]] == ["0", "1"]  # dealt round: the first two workers on different GPUs
+    assert describe(slots) == "6 workers (3 on GPU 0, 3 on GPU 1), 4 threads each"
+
+
+def test_no_gpu_is_n_jobs_cpu_workers():
+    assert worker_slots([], jobs_per_gpu=4, cpu_count=8, n_jobs=2) == [Slot(None, 4)] * 2
+    assert worker_slots([], jobs_per_gpu=1, cpu_count=8, n_jobs=-1) == [Slot(None, 1)] * 8  # one per core
+    assert describe([Slot(None, 1)] * 2) == "2 CPU workers, 1 thread each"
+
+
+def test_never_more_workers_than_jobs_nor_fewer_than_one_thread():
+    # 2 jobs on 2 GPUs x 3: one worker on each GPU, and the cores shared between those two.
+    assert worker_slots(["0", "1"], jobs_per_gpu=3, cpu_count=24, n_jobs=2, jobs=2) == [Slot("0", 12), Slot("1", 12)]
+    assert {s.threads for s in worker_slots(["0", "1"], jobs_per_gpu=4, cpu_count=2, n_jobs=2)} == {1}
+
+
+@pytest.mark.parametrize(
+    "jobs_per_gpu, n_jobs, line",
+    [
+        (0, 2, "hydra.launcher.jobs_per_gpu must be >= 1, got 0"),
+        (-1, 2, "hydra.launcher.jobs_per_gpu must be >= 1, got -1"),
+        (1, 0, "hydra.launcher.n_jobs must be >= 1 (or -1: one per core), got 0"),
+    ],
+)
+def test_out_of_range_counts_are_rejected_with_one_line(jobs_per_gpu, n_jobs, line):
+    with pytest.raises(LauncherConfigError) as err:
+        worker_slots(["0"], jobs_per_gpu=jobs_per_gpu, cpu_count=8, n_jobs=n_jobs)
+    assert str(err.value) == line
+
+
+def test_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(tmp_path, monkeypatch):
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f3a,GPU-77c1"}) == ["GPU-8f3a", "GPU-77c1"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-8f3a)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-77c1)'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert visible_gpus({}) == ["0", "1"]
+    smi.unlink()
+    assert visible_gpus({}) == []
+
+
+def test_parallel_is_this_launcher_with_its_defaults():
+    launcher = compose_sweep("smoke", ["hydra/launcher=parallel"], hydra_config=True).hydra.launcher
+    assert launcher._target_ == "hydra_plugins.klue_tc_launcher.parallel_launcher.ParallelLauncher"
+    assert (launcher.n_jobs, launcher.gpus, launcher.jobs_per_gpu) == (2, None, 1)
+    launcher = compose_sweep(
+        "smoke",
+        ["hydra/launcher=parallel", "hydra.launcher.gpus=[0,1]", "hydra.launcher.jobs_per_gpu=4"],
+        hydra_config=True,
+    ).hydra.launcher
+    assert (list(launcher.gpus), launcher.jobs_per_gpu) == (["0", "1"], 4)
+
+
+def test_sweep_with_zero_jobs_per_gpu_stops_with_one_line(tmp_path, headlines_tsv):
+    command = sweep_command(
+        "smoke", tmp_path / "sweep", headlines_tsv, "hydra/launcher=parallel", "hydra.launcher.jobs_per_gpu=0"
+    )
+    done = subprocess.run(command, cwd=tmp_path, env=sweep_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "error: hydra.launcher.jobs_per_gpu must be >= 1, got 0"
+    assert not records(tmp_path / "sweep")
+
+
+@pytest.mark.slow
+def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headlines_tsv):
+    """The CPU trains (trainer.accelerator=cpu); the workers are pinned to "GPUs" 0 and 1 all the same."""
+    sweep_dir = tmp_path / "sweep"
+    two_jobs = ["+experiment=transformer", "encoder.layers=2", "data.limit=null"]  # x cv.fold 0, 1; all 98 titles
+    done = run_sweep(
+        tmp_path,
+        sweep_command(
+            "smoke",
+            sweep_dir,
+            headlines_tsv,
+            *two_jobs,
+            "logger=none",
+            "trainer.accelerator=cpu",
+            "hydra/launcher=parallel",
+            "hydra.launcher.gpus=[0,1]",
+            "hydra.launcher.jobs_per_gpu=1",
+        ),
+    )
+
+    assert "Launching 2 jobs on 2 workers (1 on GPU 0, 1 on GPU 1)" in done.stdout + done.stderr
+    assert len(records(sweep_dir)) == 2 and (sweep_dir / "report.md").is_file()
+    seen = [OmegaConf.load(p).hydra.job.env_set for p in sorted(sweep_dir.rglob(".hydra/hydra.yaml"))]
+    assert sorted(env.CUDA_VISIBLE_DEVICES for env in seen) == ["0", "1"]
+    threads = os.environ.get("OMP_NUM_THREADS", str(max(1, cpu_count() // 2)))
+    assert {env.OMP_NUM_THREADS for env in seen} == {threads}

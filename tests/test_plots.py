@@ -1,0 +1,45 @@
+"""The report's figures are written as valid PNGs (their pixels are not the test's business)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from test_effects import cnn_lower, synthetic_folds
+
+from klue_tc.effects import marginal_effects
+from klue_tc.plots import plot_effects, plot_grid_heatmap
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def summary_of(folds: pd.DataFrame) -> pd.DataFrame:
+    return (
+        folds.groupby(["tokenizer", "encoder", "ln", "head", "layers"], sort=False)
+        .agg(f1_mean=("f1", "mean"), f1_std=("f1", "std"), folds=("fold", "nunique"))
+        .reset_index()
+    )
+
+
+def assert_png(path) -> None:
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 5_000
+
+
+def test_grid_heatmap_is_written_for_a_full_and_a_partial_grid(tmp_path):
+    folds = synthetic_folds(cnn_lower)
+    assert_png(plot_grid_heatmap(summary_of(folds), tmp_path / "grid.png"))
+    partial = summary_of(folds[(folds.tokenizer != "kobert") & ~((folds.encoder == "cnn") & (folds.layers == 6))])
+    assert_png(plot_grid_heatmap(partial, tmp_path / "partial.png", value="f1_std"))
+
+
+def test_effects_forest_plot_has_a_panel_per_metric(tmp_path):
+    folds = synthetic_folds(cnn_lower)
+    folds["validation_f1"] = folds["f1"] + np.random.default_rng(0).normal(0, 0.01, len(folds))
+    effects = pd.concat(
+        [marginal_effects(folds, resamples=200), marginal_effects(folds, "validation_f1", resamples=200)],
+        ignore_index=True,
+    )
+    effects.loc[effects.index[0], ["low", "high"]] = np.nan  # one level without an interval still plots
+    path = plot_effects(effects, tmp_path / "effects.png")
+    assert path == tmp_path / "effects.png"
+    assert_png(path)

@@ -1,0 +1,212 @@
+"""The smoke sweep on a real SLURM cluster (`hydra/launcher=slurm`), killed with `scancel` and resumed.
+
+`make test-slurm` starts a single-node cluster on this machine (`scripts/slurm-local.sh`) and runs
+this file; without `sbatch` or a cluster that answers, the test is skipped. Marked `slow` too, so
+`make test` leaves it out. The jobs run as array tasks under slurmd, so their output is in
+submitit's logs (`<sweep>/.submitit/<array>_<task>/`), not in the submitting command's stdout.
+On a multi-node cluster, pass pytest a `--basetemp` in a folder the compute nodes share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, SHARED_TRAIN, make_headlines, write_tsv
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(1800)]
+
+SMOKE_JOBS = 8  # sweeps/smoke.yaml: 2 experiments x 2 layer counts x 2 folds
+TRAINED = "epoch 1/1: val macro-F1"  # one line per trained fold (one epoch in the smoke sweep)
+SKIPPED = "already finished"
+SWEEP_TIMEOUT_S = 900  # one submitting command: 8 jobs, 2 at a time, on 2 shared cores
+
+
+def sweep_command(sweep_dir: Path, data: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "klue_tc",
+        "--multirun",
+        "--config-dir",
+        str(REPO / "sweeps"),
+        "--config-name",
+        "smoke",
+        f"data.path={data}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *args,
+    ]
+
+
+def sweep_env(tmp_path: Path) -> dict:
+    """sbatch exports the submitting environment to the array tasks: W&B offline, no hub, caches here."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "KLUE_TC_CACHE": str(tmp_path / "cache"),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "HF_HUB_OFFLINE": "1",
+    }
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        env[var] = str(tmp_path / "wandb_home")
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def records(sweep_dir: Path) -> dict[Path, dict]:
+    """Every finished (configuration, fold) record; each must be complete JSON."""
+    return {p: json.loads(p.read_text(encoding="utf-8")) for p in sorted((sweep_dir / "results").glob("*/fold*.json"))}
+
+
+def slurm(*args: str, timeout: float = 20) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def partition() -> str:
+    """The cluster's default partition (SLURM marks it with a `*`), or skip when there is no cluster."""
+    if shutil.which("sbatch") is None:
+        pytest.skip("no SLURM here (`sbatch` is not on PATH): `make test-slurm` starts a local cluster")
+    try:
+        rows = slurm("sinfo", "-h", "-o", "%P %a").split()
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+        pytest.skip(f"the SLURM cluster does not answer (`sinfo` failed: {e}); start it with scripts/slurm-local.sh")
+    names = rows[::2]
+    default = [p for p in names if p.endswith("*")] or names
+    if not default:
+        pytest.skip("the SLURM cluster has no partition")
+    return default[0].rstrip("*")
+
+
+@pytest.fixture
+def train_tsv(tmp_path) -> Path:
+    """KLUE YNAT's training file when the shared folder has it (the smoke sweep takes 500 titles),
+    else tiny generated headlines."""
+    if SHARED_TRAIN.is_file():
+        return SHARED_TRAIN
+    return write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
+
+
+def array_ids(sweep_dir: Path) -> list[str]:
+    """The sbatch array ids submitit has written logs for, oldest first."""
+    ids = {m.group(1) for p in (sweep_dir / ".submitit").glob("*_*") if (m := re.fullmatch(r"(\d+)_\d+", p.name))}
+    return sorted(ids, key=int)
+
+
+def running_tasks(array: str) -> list[tuple[str, float]]:
+    """(`<array>_<task>`, start time) of the array's tasks that are running now."""
+    try:
+        out = slurm("squeue", "-h", "-j", array, "-t", "RUNNING", "-o", "%i %S")
+    except subprocess.CalledProcessError:  # the array has left the queue
+        return []
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return [(task, datetime.fromisoformat(start).timestamp()) for task, start in rows]
+
+
+def wait_until_drained(array: str, timeout: float) -> None:
+    """The rest of an array goes on after its submitting command ends: wait for it to leave the queue."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if not slurm("squeue", "-h", "-j", array, "-o", "%i").strip():
+                return
+        except subprocess.CalledProcessError:
+            return
+        assert time.monotonic() < deadline, f"array {array} still queued after {timeout:.0f} s"
+        time.sleep(2)
+
+
+def job_logs(sweep_dir: Path, array: str) -> str:
+    """What the array's tasks printed (submitit's stdout and stderr logs), all tasks together."""
+    return "".join(
+        p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted((sweep_dir / ".submitit").glob(f"{array}_*/*_log.*"))
+    )
+
+
+def test_smoke_sweep_on_slurm_resumes_after_scancel(tmp_path, partition, train_tsv):
+    sweep_dir = tmp_path / "sweep"
+    command = sweep_command(
+        sweep_dir,
+        train_tsv,
+        "logger=none",
+        "hydra/launcher=slurm",
+        f"hydra.launcher.partition={partition}",
+        "hydra.launcher.gpus_per_node=null",  # a CPU node
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=2",
+        "hydra.launcher.timeout_min=20",
+        "hydra.launcher.array_parallelism=2",
+    )
+    env = sweep_env(tmp_path)
+
+    # First run: once a job has finished and another is running, cancel one running array task.
+    first_log = tmp_path / "first.log"
+    with first_log.open("w") as log:
+        process = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        cancelled = None
+        while cancelled is None:
+            assert process.poll() is None, (
+                "the sweep ended before a task could be cancelled:\n" + first_log.read_text()[-4000:]
+            )
+            assert time.monotonic() < deadline, "no job finished in time:\n" + first_log.read_text()[-4000:]
+            arrays, finished = array_ids(sweep_dir), records(sweep_dir)
+            if arrays and finished:
+                # A task that started after the first record was written has not written its own
+                # yet (a task that is still running may already have).
+                first = int(min(p.stat().st_mtime for p in finished))
+                fresh = [task for task, start in running_tasks(arrays[-1]) if start >= first]
+                if fresh:
+                    cancelled = fresh[-1]
+                    slurm("scancel", cancelled)
+            time.sleep(0.5)
+        first_array = cancelled.split("_")[0]
+        process.wait(timeout=SWEEP_TIMEOUT_S)  # it reports the cancelled job as failed
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    wait_until_drained(first_array, SWEEP_TIMEOUT_S)
+    state = slurm("sacct", "-n", "-X", "-j", cancelled, "-o", "State").split()
+    assert state and state[0].startswith("CANCELLED"), f"sacct says {cancelled} is {state}"
+    first_out = first_log.read_text()
+    before = records(sweep_dir)
+    stamps = {p: p.stat().st_mtime_ns for p in before}
+    assert 1 <= len(before) < SMOKE_JOBS, f"{len(before)} records after cancelling {cancelled}:\n{first_out[-4000:]}"
+    (sweep_dir / "report.md").unlink(missing_ok=True)  # the rerun must write it
+
+    # The same command again: a new array, finished jobs skipped, only the missing ones trained.
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    arrays = array_ids(sweep_dir)
+    assert len(arrays) == 2 and arrays[0] == first_array, arrays
+    rerun = job_logs(sweep_dir, arrays[1])
+    skipped, trained = rerun.count(SKIPPED), rerun.count(TRAINED)
+    print(
+        f"array {first_array}: {len(before)} of {SMOKE_JOBS} jobs finished, {cancelled} cancelled, "
+        f"the command exited {process.returncode}; "
+        f"rerun as array {arrays[1]}: {skipped} skipped, {trained} trained; report {sweep_dir / 'report.md'}"
+    )
+    assert skipped == len(before) and trained == SMOKE_JOBS - len(before), rerun[-4000:]
+    after = records(sweep_dir)
+    assert len(after) == SMOKE_JOBS
+    assert all(p.stat().st_mtime_ns == stamps[p] and after[p] == before[p] for p in before)  # untouched
+    for name in ("report.md", "report.csv"):
+        assert (sweep_dir / name).is_file(), name
+    report = pd.read_csv(sweep_dir / "report.csv")
+    assert len(report) == 4 and (report["folds"] == 2).all(), report
