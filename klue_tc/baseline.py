@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.svm import LinearSVC
@@ -16,3 +18,42 @@ def baseline_pipeline(untuned: bool = False) -> Pipeline:
     if untuned:
         return make_pipeline(TfidfVectorizer(analyzer="char", ngram_range=(1, 3)), LinearSVC())
     return make_pipeline(TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2), LinearSVC(C=0.5))
+
+
+def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
+    """The baseline on the folds a run or sweep used (its config.yaml's data and cv settings): per
+    fold its macro-F1 on the held-out fold and, where a validation file is named, on that. Cached in
+    `cache` (a JSON file) by what it depends on."""
+    import json
+
+    from sklearn.metrics import f1_score
+
+    from klue_tc.config import DataConfig
+    from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
+
+    data_cfg = DataConfig(**{k: v for k, v in config["data"].items() if k in DataConfig.__dataclass_fields__})
+    data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, config.get("seed", 42))
+    validation = validation_titles(data_cfg) if data_cfg.validation_path else None
+    key = {
+        "data": data.fingerprint(),
+        "folds": config["cv"]["folds"],
+        "seed": config["cv"]["seed"],
+        "validation": validation.fingerprint() if validation else None,
+    }
+    if cache is not None and cache.is_file():
+        stored = json.loads(cache.read_text(encoding="utf-8"))
+        if stored.get("key") == key:
+            return stored["folds"]
+    rows = []
+    for fold, (train, held) in enumerate(stratified_folds(data.labels, key["folds"], key["seed"])):
+        model = baseline_pipeline().fit([data.texts[i] for i in train], data.labels[train])
+        row = {
+            "fold": fold,
+            "f1": float(f1_score(data.labels[held], model.predict([data.texts[i] for i in held]), average="macro")),
+        }
+        if validation is not None:
+            row["validation_f1"] = float(f1_score(validation.labels, model.predict(validation.texts), average="macro"))
+        rows.append(row)
+    if cache is not None:
+        cache.write_text(json.dumps({"key": key, "folds": rows}, indent=1), encoding="utf-8")
+    return rows

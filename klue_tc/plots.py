@@ -1,6 +1,7 @@
-"""The study report's figures: the whole grid as heatmaps, and the marginal effects as a forest plot.
+"""The figures of runs and reports: F1 by layer count, the whole grid as heatmaps, the marginal
+effects as a forest plot, a run's validation confusion matrix.
 
-Both use matplotlib's object API (Figure renders with Agg), so no display or pyplot state is involved.
+All use matplotlib's object API (Figure renders with Agg), so no display or pyplot state is involved.
 """
 
 from __future__ import annotations
@@ -11,9 +12,65 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from klue_tc.report import row_labels
-
 EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
+
+
+def row_labels(summary: pd.DataFrame) -> pd.Series:
+    """'encoder / ln', plus '/ head' when the report holds more than one head per encoder."""
+    several_heads = summary.groupby("encoder")["head"].nunique().max() > 1
+    parts = ["encoder", "ln", "head"] if several_heads else ["encoder", "ln"]
+    return summary[parts].astype(str).agg(" / ".join, axis=1)
+
+
+def plot_f1_by_layers(
+    summary: pd.DataFrame,
+    path: Path,
+    value: str = "f1_mean",
+    spread: str = "f1_std",
+    baseline: float | None = None,
+    ylabel: str = "CV macro-F1 (mean ± std over folds)",
+) -> Path:
+    """One panel per tokenizer, one line per encoder / LN with error bars; the baseline dashed."""
+    tokenizers = list(dict.fromkeys(summary["tokenizer"]))
+    fig = Figure(figsize=(5 * len(tokenizers), 4), layout="constrained")
+    axes = fig.subplots(1, len(tokenizers), sharey=True, squeeze=False)[0]
+    labelled = summary.assign(row=row_labels(summary))
+    colours = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(labelled["row"]))}  # same line, same colour
+    for ax, tokenizer in zip(axes, tokenizers):
+        for row, line in labelled[labelled.tokenizer == tokenizer].groupby("row", sort=False):
+            line = line.sort_values("layers")
+            ax.errorbar(
+                line.layers, line[value], yerr=line[spread], marker="o", capsize=3, label=row, color=colours[row]
+            )
+        if baseline is not None:
+            ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="TF-IDF + linear SVM")
+        ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
+        ax.set_xticks(sorted(summary["layers"].unique()))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[0].set_ylabel(ylabel)
+    fig.savefig(path, dpi=120)
+    return Path(path)
+
+
+def plot_confusion_matrix(matrix: list[list[int]], labels: list[str], path: Path) -> Path:
+    from matplotlib import font_manager
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    # Korean label names need a Hangul font; fall back to class ids, named in the title, without one.
+    hangul = any(
+        "CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist
+    )
+    english = ["IT/sci", "econ", "society", "life/culture", "world", "sports", "politics"]
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    ax = fig.subplots()
+    shown = labels if hangul else [str(i) for i in range(len(labels))]
+    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=shown).plot(ax=ax, colorbar=False, cmap="Blues")
+    if not hangul:
+        ax.set_title("ids: " + ", ".join(f"{i} {n}" for i, n in enumerate(english)), fontsize=8)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return Path(path)
 
 
 def plot_grid_heatmap(summary: pd.DataFrame, path: str | Path, value: str = "f1_mean") -> Path:

@@ -1,10 +1,11 @@
-"""The F1 comparison table of a sweep (or any folder of runs): report.md, report.csv, a plot, W&B.
+"""The F1 comparison table of a sweep (or any folder of runs), with its noise and the study's verdicts.
 
-    python -m klue_tc.report outputs/multiruns/2024-05-01_12-00-00 [--wandb]
+    python -m klue_tc.report outputs/sweeps/study [--wandb]
 
-Every `metrics.json` below the folder is read. In a sweep each job holds one (configuration,
-fold), so fold records are merged by `config_hash` (a fold seen twice counts once) before the
-mean ± sample std of the folds' macro-F1 is taken per configuration.
+Every `metrics.json` below the folder is read; fold records are merged by `config_hash` (a fold seen
+twice counts once). Written into the folder: report.md (tables, verdicts, cost), report.csv (one
+row per configuration), effects.csv (marginal effects with intervals), claims.md (the original
+study's claims judged), and the plots.
 """
 
 from __future__ import annotations
@@ -12,45 +13,50 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import pandas as pd
+import yaml
 
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
+from klue_tc.records import FoldResult
 
 log = logging.getLogger(__name__)
 
 DESCRIBE = ["tokenizer", "encoder", "ln", "head", "layers"]
-CSV_COLUMNS = [*DESCRIBE, "f1_mean", "f1_std", "folds", "accuracy_mean", "train_samples_per_s"]
-WANDB_COLUMNS = ["encoder", "ln", "layers", "tokenizer", "f1_mean", "f1_std", "folds"]
-# Rows and panels follow the study's order; anything else sorts after, alphabetically.
-ORDER = {
-    name: i
-    for i, name in enumerate(
-        [
-            "sentencepiece",
-            "mecab",
-            "kobert",
-            "transformer",
-            "trans_blstm",
-            "trans_blstm_parallel",
-            "cnn",
-            "post",
-            "pre",
-            "cls",
-            "blstm",
-            "mean",
-        ]
-    )
-}
-TABLE_KEY, PLOT_KEY = "f1_table", "f1_by_layers"
+CSV_COLUMNS = [
+    *DESCRIBE,
+    "f1_mean",
+    "f1_std",
+    "folds",
+    "validation_f1",
+    "validation_f1_std",
+    "accuracy_mean",
+    "within_noise_of_best",
+    "best_epoch_mean",
+    "still_improving",
+    "seconds_per_fold",
+    "train_samples_per_s",
+    "config_hash",
+    "code",
+]
+METRICS = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
+BASELINE = "TF-IDF char 1-3-grams + linear SVM"
+TABLE_KEY = "f1_table"  # the W&B key of the report run's table
 
 
 class NoResultsError(KlueTcError):
     """The folder holds no finished run to report on."""
+
+
+def study_order() -> dict[str, int]:
+    """Rows and panels follow the registries' order (the study's); anything else sorts after."""
+    from klue_tc.registry import VARIANT_GROUPS
+
+    names = [n for registry in VARIANT_GROUPS.values() for n in registry.names()] + ["post", "pre"]
+    return {name: i for i, name in enumerate(names)}
 
 
 def fold_frame(directory: str | Path) -> pd.DataFrame:
@@ -62,76 +68,150 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     for path in sorted(directory.rglob("metrics.json")):
         try:
             metrics = json.loads(path.read_text(encoding="utf-8"))
-            config = {key: metrics[key] for key in [*DESCRIBE, "config_hash"]}
-            rows += [
-                {
-                    **config,
-                    "fold": r["fold"],
-                    "f1": r["f1"],
-                    "accuracy": r.get("accuracy"),
-                    "train_samples_per_s": r.get("train_samples_per_s"),
-                }
-                for r in metrics["folds"]
-            ]
+            describe = {key: metrics[key] for key in [*DESCRIBE, "config_hash"]}
+            rows += [fold_row(describe, FoldResult.from_dict(r)) for r in metrics["folds"]]
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
     if not rows:
         raise NoResultsError(f"{directory}: no metrics.json found (nothing finished to report on)")
-    frame = pd.DataFrame(rows).astype({"f1": float, "accuracy": float, "train_samples_per_s": float})
-    frame = frame.dropna(subset=["f1"]).drop_duplicates(["config_hash", "fold"], keep="first")
+    frame = pd.DataFrame(rows).dropna(subset=["f1"]).drop_duplicates(["config_hash", "fold"], keep="last")
     if frame.empty:
         raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
-    return frame
+    return frame.reset_index(drop=True)
+
+
+def fold_row(describe: dict, record: FoldResult) -> dict:
+    return {
+        **describe,
+        "fold": record.fold,
+        "f1": record.f1,
+        "accuracy": record.accuracy,
+        "validation_f1": record.validation.f1 if record.validation else float("nan"),
+        "best_epoch": record.best_epoch,
+        "epochs_run": record.epochs_run,
+        "still_improving": record.epochs_run > 0 and record.best_epoch == record.epochs_run,
+        "train_samples_per_s": record.train_samples_per_s,
+        "seconds": record.train_seconds,
+        "code": record.code.label() if record.code else "unknown",
+        "precision": record.precision,
+    }
 
 
 def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: fold macro-F1 mean ± sample std (0 for one fold)."""
+    """One row per configuration: fold macro-F1 mean ± sample std (0 for one fold), and the rest."""
+    from klue_tc.effects import within_noise_of_best
+
     summary = (
         folds.groupby(["config_hash", *DESCRIBE], sort=False)
         .agg(
             f1_mean=("f1", "mean"),
             f1_std=("f1", "std"),
             folds=("fold", "nunique"),
+            validation_f1=("validation_f1", "mean"),
+            validation_f1_std=("validation_f1", "std"),
             accuracy_mean=("accuracy", "mean"),
+            best_epoch_mean=("best_epoch", "mean"),
+            still_improving=("still_improving", "sum"),
+            seconds_per_fold=("seconds", "mean"),
             train_samples_per_s=("train_samples_per_s", "mean"),
+            code=("code", lambda c: " + ".join(sorted(set(c)))),
         )
         .reset_index()
     )
-    summary["f1_std"] = summary["f1_std"].fillna(0.0)
-    # Two configurations that differ only in keys the table does not show (d_model, data, ...)
-    # would share a cell; keep the better-covered one rather than pool unrelated folds.
+    summary[["f1_std", "validation_f1_std"]] = summary[["f1_std", "validation_f1_std"]].fillna(0.0)
+    noise = within_noise_of_best(folds, "f1")["within_noise"]
+    # yes / no, or unknown with fewer than two folds in common with the best
+    summary["within_noise_of_best"] = summary["config_hash"].map(
+        lambda key: "unknown" if pd.isna(noise.get(key, pd.NA)) else "yes" if noise[key] else "no"
+    )
     clashes = summary.duplicated(DESCRIBE, keep=False)
-    if clashes.any():
+    if clashes.any():  # two settings the table does not show (d_model, data, ...) would share a cell
         log.warning(
-            "%d configurations share a table cell with another (they differ in settings the table "
-            "does not show); each cell keeps the one with most folds",
+            "%d configurations share a table cell with another (they differ in settings the table does "
+            "not show); each cell keeps the one with most folds",
             int(clashes.sum()),
         )
         summary = summary.sort_values("folds", ascending=False, kind="stable").drop_duplicates(DESCRIBE)
-    return _ordered(summary)[CSV_COLUMNS].reset_index(drop=True)
-
-
-def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
-    def rank(column: pd.Series) -> pd.Series:
-        if column.name == "layers":
-            return column
-        return column.map(lambda v: (ORDER.get(v, len(ORDER)), str(v)))
-
-    return frame.sort_values(DESCRIBE, key=rank, kind="stable")
-
-
-def row_labels(summary: pd.DataFrame) -> pd.Series:
-    """'encoder / ln', plus '/ head' when the report holds more than one head."""
-    parts = ["encoder", "ln", "head"] if summary["head"].nunique() > 1 else ["encoder", "ln"]
-    return summary[parts].astype(str).agg(" / ".join, axis=1)
-
-
-def f1_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per tokenizer: rows encoder / LN, columns the layer counts present, cells 'mean ± std (n=folds)'."""
-    cells = summary.assign(
-        row=row_labels(summary),
-        cell=[f"{m:.4f} ± {s:.4f} (n={n})" for m, s, n in zip(summary.f1_mean, summary.f1_std, summary.folds)],
+    order = study_order()
+    ranked = summary.sort_values(
+        DESCRIBE,
+        kind="stable",
+        key=lambda col: col if col.name == "layers" else col.map(lambda v: (order.get(v, len(order)), str(v))),
     )
+    return ranked[CSV_COLUMNS].reset_index(drop=True)
+
+
+def missing_cells(summary: pd.DataFrame) -> list[str]:
+    """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
+    tokenizer seen) with no record, and configurations with fewer folds than the others."""
+    rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
+    present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
+    missing = [
+        f"{t} / {e} / {ln} / {n} layers: no record"
+        for t in summary.tokenizer.unique()
+        for e, ln in rows
+        for n in sorted(summary.layers.unique())
+        if (t, e, ln, n) not in present
+    ]
+    most = summary["folds"].max()
+    missing += [
+        f"{r.tokenizer} / {r.encoder} / {r.ln} / {r.layers} layers: {r.folds} of {most} folds"
+        for r in summary[summary["folds"] < most].itertuples()
+    ]
+    return missing
+
+
+def run_config(directory: Path) -> Optional[dict]:
+    """The data and CV settings of the runs below `directory` (their config.yaml), if they agree."""
+    configs = [yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted(directory.rglob("config.yaml"))]
+    configs = [c for c in configs if isinstance(c, dict) and "data" in c and "cv" in c]
+    settings = {
+        json.dumps(
+            [c["data"].get(k) for k in ("path", "limit", "validation_path")]
+            + [c["cv"]["folds"], c["cv"]["seed"], c.get("seed")]
+        )
+        for c in configs
+    }
+    if len(settings) != 1:
+        if len(settings) > 1:
+            log.warning("the runs use different data or folds: no baseline row")
+        return None
+    return configs[0]
+
+
+def baseline_scores(directory: Path) -> Optional[dict]:
+    """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
+    from klue_tc.baseline import score_on_folds
+
+    config = run_config(directory)
+    if config is None:
+        return None
+    try:
+        rows = pd.DataFrame(score_on_folds(config, directory / "baseline.json"))
+    except KlueTcError as err:
+        log.warning("no baseline row: %s", err)
+        return None
+    validation = rows["validation_f1"].mean() if "validation_f1" in rows else float("nan")
+    return {"f1": rows["f1"].mean(), "f1_std": rows["f1"].std(ddof=1), "validation_f1": validation, "folds": len(rows)}
+
+
+def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFrame]:
+    """Per tokenizer: rows encoder / LN, columns the layer counts, cells 'mean ± std (n)'; the best
+    in bold, * within noise of it (CV only)."""
+    from klue_tc.plots import row_labels
+
+    mean, std = ("f1_mean", "f1_std") if metric == "f1" else ("validation_f1", "validation_f1_std")
+    best = summary[mean].max()
+
+    def cell(row) -> str:
+        if pd.isna(row[mean]):
+            return "–"
+        text = f"{row[mean]:.4f} ± {row[std]:.4f} (n={row['folds']})"
+        if row[mean] == best:
+            return f"**{text}**"
+        return f"{text} *" if metric == "f1" and row["within_noise_of_best"] == "yes" else text
+
+    cells = summary.assign(row=row_labels(summary), cell=summary.apply(cell, axis=1))
     tables = {}
     for tokenizer, part in cells.groupby("tokenizer", sort=False):
         table = part.pivot(index="row", columns="layers", values="cell")
@@ -141,37 +221,165 @@ def f1_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def to_markdown(tables: Mapping[str, pd.DataFrame]) -> str:
-    lines = ["# F1 comparison: CV macro-F1, mean ± sample std over folds (n = folds)", ""]
-    for tokenizer, table in tables.items():
-        header = [table.index.name, *[f"{layers} layers" for layers in table.columns]]
-        lines += [f"## tokenizer: {tokenizer}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join([str(row), *values]) + " |" for row, values in zip(table.index, table.values)]
-        lines.append("")
+def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
+    rows = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    return rows + [
+        "| " + " | ".join(map(str, [index, *values])) + " |" for index, values in zip(frame.index, frame.values)
+    ]
+
+
+def effects_table(effects: pd.DataFrame) -> list[str]:
+    def interval(row) -> str:
+        return f"{row.difference:+.4f} ({row.low:+.4f}..{row.high:+.4f})"
+
+    frame = effects.assign(
+        text=effects.apply(interval, axis=1),
+        what=effects.apply(lambda r: f"{r.factor}: {r.level} − {r.reference}", axis=1),
+    )
+    table = frame.pivot_table(index="what", columns="metric", values="text", aggfunc="first", sort=False)
+    columns = [m for m in METRICS if m in table.columns]
+    return markdown_table(table[columns], ["paired difference", *(METRICS[m] for m in columns)])
+
+
+def to_markdown(
+    directory: Path,
+    summary: pd.DataFrame,
+    folds: pd.DataFrame,
+    effects: pd.DataFrame,
+    verdicts: Mapping[str, list],
+    baseline: Optional[dict],
+) -> str:
+    codes = sorted(set(folds["code"]))
+    lines = [
+        f"# F1 comparison: {directory.name}",
+        "",
+        f"{len(summary)} configurations, {len(folds)} (configuration, fold) records; "
+        f"records made by code {', '.join(codes)}.",
+        "",
+    ]
+    if len(codes) > 1:
+        lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
+    lines += ["## Verdicts", "", "Judged from the records (claims.md has the evidence):", ""]
+    for metric, claims in verdicts.items():
+        lines += [f"- {METRICS[metric]}: " + "; ".join(f"({c.id}) {c.verdict}" for c in claims if "." not in c.id)]
+    for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
+        lines += [
+            "",
+            f"## {METRICS[metric]}: mean ± sample std over folds (n folds)",
+            "",
+            "**bold**: the best configuration"
+            + ("; *: within noise of it (paired t over folds, 95 %)" if metric == "f1" else " (each fold model alone)"),
+            "",
+        ]
+        if baseline is not None and pd.notna(baseline.get(metric)):
+            spread = f" ± {baseline['f1_std']:.4f}" if metric == "f1" else ""
+            lines += [
+                f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.4f}**{spread} "
+                f"({baseline['folds']} folds).",
+                "",
+            ]
+        for tokenizer, table in f1_tables(summary, metric).items():
+            lines += [
+                f"### tokenizer: {tokenizer}",
+                "",
+                *markdown_table(table, ["encoder / LN", *(f"{n} layers" for n in table.columns)]),
+                "",
+            ]
+    if not effects.empty:
+        lines += [
+            "## Marginal effects",
+            "",
+            f"Each level against the reference, paired over cells that differ only "
+            f"in that factor and over folds; 95 % interval: {effects['method'].iloc[0]} (effects.csv).",
+            "",
+            *effects_table(effects),
+            "",
+        ]
+    improving = summary[summary["still_improving"] > 0]
+    lines += [
+        "## Cost and convergence",
+        "",
+        f"{len(improving)} of {len(summary)} configurations were still improving at their last epoch in at "
+        f"least one fold ({int(folds['still_improving'].sum())} of {len(folds)} folds).",
+        "",
+        *markdown_table(
+            summary.assign(row=summary[["tokenizer", "encoder", "ln"]].agg(" / ".join, axis=1))
+            .pivot_table(index="row", columns="layers", values="seconds_per_fold", sort=False)
+            .round(0)
+            .astype("Int64"),
+            ["seconds per fold", *sorted(summary["layers"].unique())],
+        ),
+        "",
+        "Titles per second (training steps) are in report.csv.",
+        "",
+    ]
+    missing = missing_cells(summary)
+    if missing:
+        lines += ["## Missing", "", *[f"- {m}" for m in missing], ""]
+    lines += [
+        "Plots: f1_by_layers.png, grid_heatmap.png, effects.png"
+        + (", validation_by_layers.png, grid_heatmap_validation.png" if summary["validation_f1"].notna().any() else ""),
+        "",
+    ]
     return "\n".join(lines)
 
 
-def plot_f1_by_layers(summary: pd.DataFrame, path: Path) -> Path:
-    from matplotlib.figure import Figure  # the object API renders with Agg, no pyplot or display
+def write_report(
+    directory: str | Path,
+    log_to_wandb: bool = False,
+    wandb_cfg: Optional[Mapping[str, Any]] = None,
+    group: Optional[str] = None,
+    baseline: bool = True,
+) -> pd.DataFrame:
+    """Write the report's files into `directory`; return the per-configuration rows."""
+    from klue_tc.claims import claims_markdown, judge_claims
+    from klue_tc.effects import marginal_effects
+    from klue_tc.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap
 
-    tokenizers = list(dict.fromkeys(summary["tokenizer"]))
-    fig = Figure(figsize=(5 * len(tokenizers), 4), layout="constrained")
-    axes = fig.subplots(1, len(tokenizers), sharey=True, squeeze=False)[0]
-    labelled = summary.assign(row=row_labels(summary))
-    colours = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(labelled["row"]))}  # same line, same colour
-    for ax, tokenizer in zip(axes, tokenizers):
-        for row, line in labelled[labelled.tokenizer == tokenizer].groupby("row", sort=False):
-            line = line.sort_values("layers")
-            ax.errorbar(
-                line.layers, line.f1_mean, yerr=line.f1_std, marker="o", capsize=3, label=row, color=colours[row]
-            )
-        ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
-        ax.set_xticks(sorted(summary["layers"].unique()))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    axes[0].set_ylabel("CV macro-F1 (mean ± std)")
-    fig.savefig(path, dpi=120)
-    return path
+    directory = Path(directory)
+    folds = fold_frame(directory)
+    summary = summarise_configs(folds)
+    reference = baseline_scores(directory) if baseline else None
+    metrics = [m for m in METRICS if folds[m].notna().any()]
+    effects = pd.concat([marginal_effects(folds, m) for m in metrics], ignore_index=True)
+    verdicts = {m: judge_claims(folds, m) for m in metrics}
+    effects.to_csv(directory / "effects.csv", index=False)
+    (directory / "claims.md").write_text(claims_markdown(verdicts), encoding="utf-8")
+    (directory / "report.md").write_text(
+        to_markdown(directory, summary, folds, effects, verdicts, reference), encoding="utf-8"
+    )
+    summary.to_csv(directory / "report.csv", index=False)
+    plots = [
+        plot_f1_by_layers(summary, directory / "f1_by_layers.png", baseline=reference["f1"] if reference else None),
+        plot_grid_heatmap(summary, directory / "grid_heatmap.png"),
+    ]
+    if "validation_f1" in metrics:
+        plots += [
+            plot_f1_by_layers(
+                summary,
+                directory / "validation_by_layers.png",
+                "validation_f1",
+                "validation_f1_std",
+                reference["validation_f1"] if reference else None,
+                "validation macro-F1 (mean ± std of the fold models)",
+            ),
+            plot_grid_heatmap(summary, directory / "grid_heatmap_validation.png", "validation_f1"),
+        ]
+    if not effects.empty:
+        plots.append(plot_effects(effects, directory / "effects.png"))
+    print_tables(f1_tables(summary, "f1"))
+    if reference is not None:
+        print(
+            f"{BASELINE} on the same folds: CV macro-F1 {reference['f1']:.4f}"
+            + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
+        )
+    if missing_cells(summary):
+        log.warning("%d cells missing or short of folds (report.md: Missing)", len(missing_cells(summary)))
+    if len(set(folds["code"])) > 1:
+        log.warning("the table mixes records of %d code versions (report.md names them)", len(set(folds["code"])))
+    if log_to_wandb:
+        log_report_run(summary, effects, verdicts, plots, directory, wandb_cfg, group)
+    return summary
 
 
 def print_tables(tables: Mapping[str, pd.DataFrame]) -> None:
@@ -185,73 +393,62 @@ def print_tables(tables: Mapping[str, pd.DataFrame]) -> None:
         for layers in table.columns:
             out.add_column(f"{layers} layers", justify="right")
         for row, values in zip(table.index, table.values):
-            out.add_row(str(row), *values)
+            out.add_row(str(row), *[v.replace("**", "") for v in values])
         console.print(out)
 
 
-def log_to_wandb_run(
-    summary: pd.DataFrame, plot: Path, directory: Path, wandb_cfg: Optional[Mapping[str, Any]], group: Optional[str]
+def log_report_run(
+    summary: pd.DataFrame,
+    effects: pd.DataFrame,
+    verdicts: Mapping[str, list],
+    plots: list[Path],
+    directory: Path,
+    wandb_cfg: Optional[Mapping[str, Any]],
+    group: Optional[str],
 ) -> None:
-    """One aggregate W&B run holding the table and the plot; a failure is one warning, never fatal."""
-    cfg = dict(wandb_cfg or {})
+    """One W&B run holding the table (each configuration's aggregate once, a row), the effects, the
+    verdicts and the plots; a failure is one warning, never fatal: the files are the report."""
+    from klue_tc.config import WandbConfig
+    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+
+    cfg = WandbConfig(**{k: v for k, v in dict(wandb_cfg or {}).items() if k in WandbConfig.__dataclass_fields__})
+    run = open_wandb_run(cfg, directory, f"report-{group or directory.name}", group, "report")
+    if run is None:
+        return
     try:
         import wandb
 
-        mode = cfg.get("mode") or "offline"
-        if mode == "online" and not os.environ.get("WANDB_API_KEY") and "api.wandb.ai" not in _netrc():
-            log.warning("W&B online mode asked for but no API key is set; logging the report offline")
-            mode = "offline"
-        columns = WANDB_COLUMNS if summary["head"].nunique() == 1 else [*WANDB_COLUMNS[:2], "head", *WANDB_COLUMNS[2:]]
-        run = wandb.init(
-            project=cfg.get("project") or "klue_tc",
-            entity=cfg.get("entity"),
-            mode=mode,
-            dir=str(directory),
-            group=group,
-            job_type="report",
-            name=f"report-{group or directory.name}",
-            reinit="create_new",
-            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+        claims = [[metric, c.id, c.statement, c.verdict, c.evidence] for metric, cs in verdicts.items() for c in cs]
+        run.log(
+            {
+                TABLE_KEY: wandb.Table(dataframe=for_wandb(summary)),
+                "effects": wandb.Table(dataframe=for_wandb(effects)),
+                "claims": wandb.Table(columns=["metric", "id", "statement", "verdict", "evidence"], data=claims),
+                **{p.stem: wandb.Image(str(p)) for p in plots},
+            }
         )
-        try:
-            run.log({TABLE_KEY: wandb.Table(dataframe=summary[columns]), PLOT_KEY: wandb.Image(str(plot))})
-        finally:
-            run.finish()
-    except Exception as err:  # the files on disk are the report; W&B is a copy
-        first_line = str(err).splitlines()[0] if str(err) else ""
-        log.warning("report not logged to W&B (%s: %s)", type(err).__name__, first_line)
+    except Exception as err:
+        log.warning(
+            "report not logged to W&B (%s: %s)", type(err).__name__, str(err).splitlines()[0] if str(err) else ""
+        )
+    finish_wandb_run(run)
 
 
-def _netrc() -> str:
-    path = Path("~/.netrc").expanduser()
-    return path.read_text(errors="replace") if path.is_file() else ""
-
-
-def write_report(
-    directory: str | Path,
-    log_to_wandb: bool = False,
-    wandb_cfg: Optional[Mapping[str, Any]] = None,
-    group: Optional[str] = None,
-) -> pd.DataFrame:
-    """Write report.md, report.csv and f1_by_layers.png into `directory`; return the per-configuration rows."""
-    directory = Path(directory)
-    summary = summarise_configs(fold_frame(directory))
-    tables = f1_tables(summary)
-    (directory / "report.md").write_text(to_markdown(tables), encoding="utf-8")
-    summary.to_csv(directory / "report.csv", index=False)
-    plot = plot_f1_by_layers(summary, directory / "f1_by_layers.png")
-    print_tables(tables)
-    if log_to_wandb:
-        log_to_wandb_run(summary, plot, directory, wandb_cfg, group)
-    return summary
+def for_wandb(frame: pd.DataFrame) -> pd.DataFrame:
+    """W&B tables type each column by its first row: text columns as text, numbers as floats."""
+    numeric = pd.api.types.is_numeric_dtype
+    return frame.astype(
+        {c: float if numeric(frame[c]) and not pd.api.types.is_bool_dtype(frame[c]) else str for c in frame.columns}
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m klue_tc.report", description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path, help="a sweep or run directory (searched for metrics.json)")
-    parser.add_argument("--wandb", action="store_true", help="also log the table and plot as one W&B run")
+    parser.add_argument("--wandb", action="store_true", help="also log the report as one W&B run")
     parser.add_argument("--project", default="klue_tc", help="W&B project (default: klue_tc)")
     parser.add_argument("--mode", default="offline", choices=["offline", "online"], help="W&B mode (default: offline)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF + SVM reference row")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
@@ -260,11 +457,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             log_to_wandb=args.wandb,
             wandb_cfg={"project": args.project, "mode": args.mode},
             group=args.directory.resolve().name,
+            baseline=not args.no_baseline,
         )
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(f"wrote {args.directory / 'report.md'}, report.csv and f1_by_layers.png")
+    print(f"report: {args.directory / 'report.md'} (report.csv, effects.csv, claims.md and the plots beside it)")
     return 0
 
 

@@ -68,7 +68,12 @@ def run_job(cfg: DictConfig) -> float:
         from klue_tc.evaluate import score_run
 
         validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
-        save_confusion_matrix(validation["validation_confusion_matrix"], run_dir / "confusion_matrix.png")
+        from klue_tc.data import LABEL_NAMES
+        from klue_tc.plots import plot_confusion_matrix
+
+        plot_confusion_matrix(
+            validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
+        )
     metrics = run_metrics(describe(run), key, run.sweep, run.cv.folds, folds, validation, [finished[k] for k in reused])
     atomic_write_json(run_dir / "metrics.json", metrics)
     if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
@@ -291,26 +296,3 @@ def final_line(metrics: dict) -> str:
         if len(metrics["code_versions"]) > 1 or (others and others != set(metrics["code_versions"])):
             line += " (some by other code: results.reuse=any)"
     return line
-
-
-def save_confusion_matrix(matrix: list[list[int]], path: Path) -> None:
-    import numpy as np
-    from matplotlib import font_manager
-    from matplotlib.figure import Figure
-    from sklearn.metrics import ConfusionMatrixDisplay
-
-    from klue_tc.data import LABEL_NAMES
-
-    # Korean label names need a Hangul font; fall back to class ids where none is installed.
-    hangul = any(
-        "CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist
-    )
-    english = ["IT/sci", "econ", "society", "life/culture", "world", "sports", "politics"]
-    labels = list(LABEL_NAMES) if hangul else [str(i) for i in range(len(LABEL_NAMES))]
-    fig = Figure(figsize=(7, 6), layout="constrained")
-    ax = fig.subplots()
-    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False, cmap="Blues")
-    if not hangul:
-        ax.set_title("ids: " + ", ".join(f"{i} {n}" for i, n in enumerate(english)), fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)

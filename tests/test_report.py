@@ -30,7 +30,7 @@ def fold_f1(config_index: int, fold: int) -> float:
     return float(np.random.default_rng(config_index * 10 + fold).uniform(0.5, 0.9))
 
 
-def metrics(tok, enc, ln, layers, folds, head="cls", key=None) -> dict:
+def metrics(tok, enc, ln, layers, folds, head="cls", key=None, **extra) -> dict:
     key = key or f"{tok}-{enc}-{ln}-{layers}-{head}"
     return {
         "experiment": enc,
@@ -48,9 +48,15 @@ def metrics(tok, enc, ln, layers, folds, head="cls", key=None) -> dict:
                 "f1": f1,
                 "accuracy": f1 + 0.05,
                 "best_epoch": 1,
+                "epochs_run": 2,
                 "train_samples_per_s": 1000.0 + k,
+                "time_to_first_step_s": 1.0,
+                "train_seconds": 60.0,
+                "train_size": 100,
+                "val_size": 50,
                 "checkpoint": None,
-                "tokenizer_dir": None,
+                "tokenizer_dir": "",
+                **extra,
             }
             for k, f1 in folds
         ],
@@ -87,6 +93,11 @@ def expected(tok, enc, ln, layers) -> tuple[float, float, int]:
     return float(values.mean()), float(values.std(ddof=1)) if n > 1 else 0.0, n
 
 
+def plain(cell: str) -> str:
+    """A table cell without its marks (bold for the best, * within noise of it)."""
+    return cell.replace("**", "").removesuffix(" *")
+
+
 def test_table_values_and_layout(sweep_dir: Path):
     summary = write_report(sweep_dir)
 
@@ -105,9 +116,9 @@ def test_table_values_and_layout(sweep_dir: Path):
     assert list(sp.columns) == [2, 4, 6]
     assert list(mecab.columns) == [2, 4]  # only the layer counts present
     mean, std, _ = expected("sentencepiece", "trans_blstm", "post", 4)
-    assert sp.loc["trans_blstm / post", 4] == f"{mean:.4f} ± {std:.4f} (n=3)"
+    assert plain(sp.loc["trans_blstm / post", 4]) == f"{mean:.4f} ± {std:.4f} (n=3)"
     mean, _, _ = expected("mecab", "trans_blstm", "post", 2)
-    assert mecab.loc["trans_blstm / post", 2] == f"{mean:.4f} ± 0.0000 (n=1)"
+    assert plain(mecab.loc["trans_blstm / post", 2]) == f"{mean:.4f} ± 0.0000 (n=1)"
     assert mecab.loc["trans_blstm / post", 4] == "–"
 
 
@@ -115,7 +126,7 @@ def test_files_written(sweep_dir: Path):
     summary = write_report(sweep_dir)
 
     markdown = (sweep_dir / "report.md").read_text(encoding="utf-8")
-    assert markdown.count("## tokenizer: ") == 2
+    assert markdown.count("### tokenizer: ") == 2  # CV only: no validation set was scored
     assert "| encoder / LN | 2 layers | 4 layers | 6 layers |" in markdown
     mean, std, _ = expected("sentencepiece", "transformer", "pre", 6)
     assert f"{mean:.4f} ± {std:.4f} (n=3)" in markdown
@@ -137,8 +148,8 @@ def test_single_run_directory_and_heads(tmp_path: Path):
 
     table = tables["kobert"]
     assert list(table.index) == ["cnn / post / cls", "cnn / post / mean"]
-    assert table.loc["cnn / post / cls", 3] == f"0.7500 ± {np.std([0.7, 0.8], ddof=1):.4f} (n=2)"
-    assert table.loc["cnn / post / mean", 3] == f"0.6500 ± {np.std([0.6, 0.65, 0.7], ddof=1):.4f} (n=3)"
+    assert plain(table.loc["cnn / post / cls", 3]) == f"0.7500 ± {np.std([0.7, 0.8], ddof=1):.4f} (n=2)"
+    assert plain(table.loc["cnn / post / mean", 3]) == f"0.6500 ± {np.std([0.6, 0.65, 0.7], ddof=1):.4f} (n=3)"
 
 
 def test_cli_on_a_directory_without_results(tmp_path: Path):
@@ -183,11 +194,59 @@ def test_wandb_failure_is_one_warning(sweep_dir: Path, offline_wandb, monkeypatc
         raise RuntimeError("no W&B today\nsecond line")
 
     monkeypatch.setattr(wandb, "init", refuse)
-    with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
+    with caplog.at_level(logging.WARNING, logger="klue_tc"):
         summary = write_report(sweep_dir, log_to_wandb=True, wandb_cfg={"project": "p"}, group="g")
 
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "W&B" in r.getMessage()]
     assert len(warnings) == 1 and "no W&B today" in warnings[0].getMessage()
     assert len(summary) == len(CONFIGS)
     for name in ("report.md", "report.csv", "f1_by_layers.png"):
         assert (sweep_dir / name).is_file()
+
+
+def test_missing_cells_and_short_configurations_are_named(sweep_dir: Path, caplog):
+    with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
+        write_report(sweep_dir)
+    markdown = (sweep_dir / "report.md").read_text(encoding="utf-8")
+    missing = markdown.split("## Missing")[1]
+    assert "- mecab / transformer / post / 6 layers: no record" in missing
+    assert "- mecab / trans_blstm / post / 2 layers: 1 of 3 folds" in missing
+    assert "- sentencepiece /" not in missing  # every sentencepiece cell is there
+    assert any("cells missing or short of folds" in r.getMessage() for r in caplog.records)
+
+
+def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, caplog):
+    """Fold records with validation scores and two code versions: both metrics get a table and
+    effects, the claims are judged for both, and the mix of code versions is a warning."""
+    rng = np.random.default_rng(0)
+    for tok in ("sentencepiece", "mecab"):
+        for enc in ("transformer", "cnn"):
+            for layers in (2, 3):
+                folds = []
+                for k in range(3):
+                    f1 = 0.75 - (0.05 if enc == "cnn" else 0) + rng.normal(0, 0.002)
+                    folds.append((k, f1))
+                code = {"fingerprint": "old" if tok == "mecab" else "new", "versions": {"torch": "2"}}
+                payload = metrics(
+                    tok,
+                    enc,
+                    "post",
+                    layers,
+                    folds,
+                    code=code,
+                    validation={"f1": 0.6, "accuracy": 0.6, "size": 10, "source": "v"},
+                )
+                write_metrics(tmp_path / f"{tok}-{enc}-{layers}", payload)
+    with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
+        summary = write_report(tmp_path)
+    assert summary["validation_f1"].tolist() == pytest.approx([0.6] * 8)
+    effects = pd.read_csv(tmp_path / "effects.csv")
+    cnn = effects[(effects.metric == "f1") & (effects.factor == "encoder")].iloc[0]
+    assert cnn.level == "cnn" and cnn.high < 0 and cnn.difference == pytest.approx(-0.05, abs=0.005)
+    assert set(effects.metric) == {"f1", "validation_f1"}
+    claims = (tmp_path / "claims.md").read_text(encoding="utf-8")
+    assert "## CV macro-F1" in claims and "## validation macro-F1" in claims
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "this table mixes records of 2 code versions" in markdown
+    assert any("mixes records of 2 code versions" in r.getMessage() for r in caplog.records)
+    assert "8 of 8 configurations were still improving" not in markdown  # best epoch 1 of 2 run

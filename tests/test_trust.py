@@ -1,0 +1,257 @@
+"""A run a user can trust: fail fast, never serve stale results, self-contained run directories,
+files a team can read, and a new encoder in one module and one YAML."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
+from jobs import run_cli, run_in_process
+from klue_tc import fingerprint
+from klue_tc.records import CodeVersion
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+def tiny_job(tmp_path: Path, data: Path, *extra: str) -> list[str]:
+    return [
+        "+experiment=transformer",
+        f"data.path={data}",
+        "cv.folds=2",
+        "trainer.max_epochs=1",
+        "encoder.layers=1",
+        f"results.dir={tmp_path / 'results'}",
+        "logger=none",
+        "trainer.progress_bar=none",
+        *TINY_MODEL,
+        *extra,
+    ]
+
+
+# --- the code fingerprint ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "klue_tc"
+    shutil.copytree(fingerprint.PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "resources"))
+    return root
+
+
+def fingerprint_of(root: Path) -> str:
+    return fingerprint.source_fingerprint(fingerprint.training_sources(root=root), root)
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_the_fingerprint_covers_the_training_code_and_nothing_else(package_copy: Path):
+    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
+    assert {
+        "training.py",
+        "module.py",
+        "data.py",
+        "models/blocks.py",
+        "models/encoders/cnn.py",
+        "tokenizers/mecab.py",
+        "datamodule.py",
+        "config.py",
+    } <= names
+    assert not names & {"report.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
+
+    before = fingerprint_of(package_copy)
+    edit(package_copy / "report.py", "def fold_frame", "def fold_frame_renamed")
+    edit(package_copy / "models" / "blocks.py", '"""Sub-layers of the encoder', '"""The sub-layers of the encoder')
+    edit(package_copy / "models" / "blocks.py", "# On CPU, SDPA's", "#   On CPU, SDPA's")
+    assert fingerprint_of(package_copy) == before  # the report, a docstring and a comment: the same numbers
+    edit(
+        package_copy / "models" / "blocks.py",
+        "return self.norm(x + self.drop(self.sublayer(x, padding)))",
+        "return self.norm(x + 0.5 * self.drop(self.sublayer(x, padding)))",
+    )
+    assert fingerprint_of(package_copy) != before  # one line of model code: other numbers
+
+
+def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path, tiny_tsv, monkeypatch, caplog):
+    from klue_tc import run as run_module
+
+    run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "first")
+    first = json.loads((tmp_path / "first" / "metrics.json").read_text())
+    other_code = CodeVersion("0123456789ab", fingerprint.library_versions())
+    monkeypatch.setattr(run_module, "code_version", lambda: other_code)
+
+    with caplog.at_level("INFO"):
+        run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "second")
+    assert any("made by other code" in r.getMessage() for r in caplog.records)
+    second = json.loads((tmp_path / "second" / "metrics.json").read_text())
+    assert second["folds"][0]["code"]["fingerprint"] == "0123456789ab" and not second["reused_folds"]
+
+    monkeypatch.setattr(run_module, "code_version", lambda: CodeVersion("fedcba987654", {}))
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0", "results.reuse=any"), tmp_path / "third")
+    third = json.loads((tmp_path / "third" / "metrics.json").read_text())
+    assert [r["fold"] for r in third["reused_folds"]] == [0] and third["cv_f1_mean"] == second["cv_f1_mean"]
+    assert any("reusing the record of other code" in r.getMessage() for r in caplog.records)
+    assert first["config_hash"] == second["config_hash"] == third["config_hash"]
+
+
+# --- fail fast -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["data.validation_path={missing}"], "validation.tsv: file not found"),
+        (["cv.folds=20"], "cv.folds=20 needs at least 20 titles of every class present; "),
+        (["data.limit=5000"], "data.limit=5000 is above the 84 titles of"),
+        (["data.path={folder}"], "is a directory; pass the file inside it"),
+        (["tokenizer=kobert", "tokenizer.model_path={missing}"], "tokenizer.model_path="),
+        (["results.dir={file}"], "the results store (results.dir)"),
+    ],
+)
+def test_every_input_is_checked_before_the_first_step(tmp_path, tiny_tsv, extra, expected):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    values = {"missing": tmp_path / "validation.tsv", "folder": tmp_path / "folder", "file": tmp_path / "a-file" / "r"}
+    replaced = {e.split("=")[0] for e in extra} | ({"tokenizer.vocab_size"} if "tokenizer=kobert" in extra else set())
+    args = [a for a in tiny_job(tmp_path, tiny_tsv) if a.split("=")[0] not in replaced]
+    start = time.monotonic()
+    done = run_cli([*args, *(a.format(**values) for a in extra), f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert done.returncode == 2 and time.monotonic() - start < 60
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "epoch" not in done.stdout  # nothing trained
+
+
+# --- the results store -------------------------------------------------------------------------------
+
+
+def test_damaged_records_and_caches_are_reported_and_rebuilt(tmp_path, tiny_tsv, caplog):
+    args = tiny_job(tmp_path, tiny_tsv, "cv.fold=0")
+    run_in_process(args, tmp_path / "first")
+    record = next((tmp_path / "results").glob("*/fold0.json"))
+    record.write_text(record.read_text()[:40])  # cut short, as a full disk leaves it
+    for cached in (tmp_path / "cache" / "encoded").glob("*.npz"):
+        cached.write_bytes(cached.read_bytes()[:100])
+    with caplog.at_level("WARNING"):
+        run_in_process(args, tmp_path / "second")
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("damaged results record" in m for m in messages)
+    assert any("cached encoding" in m and "damaged" in m for m in messages)
+    assert json.loads(record.read_text())["fold"] == 0  # a complete record again
+
+
+def test_two_identical_jobs_at_once_both_finish_with_one_record(tmp_path, tiny_tsv):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KLUE_TC_CACHE": str(tmp_path / "cache")}
+    jobs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "klue_tc",
+                *tiny_job(tmp_path, tiny_tsv, "cv.fold=0"),
+                f"hydra.run.dir={tmp_path / f'run{i}'}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    records = list((tmp_path / "results").glob("*/fold0.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["fold"] == 0
+    finals = [json.loads((tmp_path / f"run{i}" / "metrics.json").read_text())["cv_f1_mean"] for i in range(2)]
+    assert finals[0] == finals[1]
+
+
+def test_written_files_follow_the_users_umask(tmp_path, tiny_tsv):
+    old = os.umask(0o022)
+    try:
+        run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "run")
+    finally:
+        os.umask(old)
+    for path in [tmp_path / "run" / "metrics.json", *(tmp_path / "results").glob("*/fold0.json")]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+# --- what a job says ---------------------------------------------------------------------------------
+
+
+def test_progress_lines_count_from_one_and_the_end_names_the_run_directory(tmp_path, tiny_tsv):
+    run_dir = tmp_path / "run"
+    done = run_cli([*tiny_job(tmp_path, tiny_tsv, "trainer.max_epochs=2"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout + done.stderr
+    for fold_number, fold in ((1, 0), (2, 1)):
+        for epoch in (1, 2):
+            assert out.count(f"fold {fold_number}/2 (fold {fold}) epoch {epoch}/2: val macro-F1") == 1
+    assert "epoch 0/" not in out and "ETA" in out
+    assert "TPU available" not in out and "litlogger" not in out  # Lightning's notices, once printed twice
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == f"run directory: {run_dir}"
+
+
+# --- a new encoder: one module and one YAML ------------------------------------------------------------
+
+
+def test_a_registered_toy_encoder_trains_through_the_normal_entry_point(tmp_path, tiny_tsv):
+    sys.path.insert(0, str(PLUGINS.parent))
+    try:
+        import plugins.toy_encoder  # noqa: F401  (registers "toy")
+    finally:
+        sys.path.pop(0)
+    from klue_tc.registry import ENCODERS
+    from klue_tc.report import study_order
+
+    assert "toy" in ENCODERS.names() and "toy" in study_order()
+    run_dir = tmp_path / "run"
+    run_in_process(
+        [
+            "+experiment=toy",
+            f"hydra.searchpath=[file://{PLUGINS / 'conf'}]",
+            "encoder.toy_width=8",
+            *tiny_job(tmp_path, tiny_tsv, "cv.fold=0")[1:],
+        ],
+        run_dir,
+    )
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["encoder"] == "toy" and 0.0 <= metrics["cv_f1_mean"] <= 1.0
+    assert "toy_width: 8" in (run_dir / "config.yaml").read_text()
+
+
+def test_a_key_of_another_variant_is_one_line_naming_who_has_it(tmp_path):
+    done = run_cli(
+        ["+experiment=transformer", "encoder.conv_kernel=5", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: unknown config key encoder.conv_kernel: only encoder=cnn has conv_kernel"
+
+
+def test_headlines_written_as_windows_users_do_train(tmp_path):
+    rows = make_headlines(per_class=12)
+    text = "\r\n".join(["label\ttext", *(f"{label} \t{title}" for label, title in rows)])
+    path = tmp_path / "windows.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    plain = write_tsv(tmp_path / "plain.tsv", rows)
+    from klue_tc.data import read_labelled_file
+
+    assert read_labelled_file(path).fingerprint() == read_labelled_file(plain).fingerprint()
