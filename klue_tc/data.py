@@ -290,7 +290,7 @@ def validation_titles(cfg: DataConfig) -> LabelledTitles | None:
 def stratified_subsample(data: LabelledTitles, limit: int | None, seed: int) -> LabelledTitles:
     if limit is None or limit >= len(data):
         return data
-    from sklearn.model_selection import train_test_split  # here: scikit-learn takes 1.4 s to import
+    from sklearn.model_selection import train_test_split  # here: scikit-learn is slow to import
 
     try:
         indices, _ = train_test_split(np.arange(len(data)), train_size=limit, stratify=data.labels, random_state=seed)
@@ -307,7 +307,7 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[
 
 
 def load_splitters() -> None:
-    """Import scikit-learn's splitters now (about 1.4 s) rather than at the first split, so that a
+    """Import scikit-learn's splitters now (they are slow to import) rather than at the first split, so that a
     caller timing its imports apart from its work can count this one with them."""
     importlib.import_module("sklearn.model_selection")
 

@@ -30,9 +30,8 @@ BF16_MATMUL_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 def cpu_has_bf16_matmul() -> bool:
     """Native bf16 matrix products: Intel AMX tiles, or AVX-512 BF16 dot products (AMD Zen 4 and
-    later, Intel Cooper Lake). There bf16 autocast trained faster than fp32 at the same macro-F1
-    (README: Speed; with AMX the Transformer 1.7x and TRANS-BLSTM 2.7x, with AVX-512 BF16 alone
-    2.35x and 1.76x); without them bf16 on CPU is emulated and slower, so fp32 stays. Read from
+    later, Intel Cooper Lake). There bf16 autocast trains faster than fp32 at the same macro-F1
+    (docs/speed.md); without them bf16 on CPU is emulated and slower, so fp32 stays. Read from
     the Linux kernel's CPU flags (torch exposes the same check only privately); elsewhere none is
     assumed."""
     return not BF16_MATMUL_FLAGS.isdisjoint(cpu_flags())

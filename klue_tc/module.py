@@ -96,9 +96,8 @@ def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor
 
 def warmup_steps(ratio: float, min_steps: int, total_steps: int) -> int:
     """`ratio` of the run, but at least `min_steps` (and at most half the run). Adam's first
-    updates are about lr in size whatever the gradient, so a warm-up of 2 steps (10% of a
-    20-step smoke run) threw post-LN and CNN stacks off course: cnn with KoBERT pieces stayed at
-    chance (macro-F1 0.10) after 2 epochs on 3,000 titles, and reached 0.68 with 8 steps."""
+    updates are about lr in size whatever the gradient, so a warm-up of two steps (10 % of a
+    20-step short run) throws post-LN and CNN stacks off course, and they stay at chance."""
     return max(int(ratio * total_steps), min(min_steps, total_steps // 2))
 
 

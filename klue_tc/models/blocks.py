@@ -17,8 +17,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from klue_tc.config import FFNActivation
 
-# On CPU, SDPA's flash kernel is slower than its math path for titles this short: with
-# bf16 autocast, 0.55 vs 0.34 s per training step (3 layers, batch 256, ~18 tokens; README).
+# On CPU, SDPA's flash kernel is slower than its math path for titles this short (docs/speed.md).
 _CPU_ATTENTION = [SDPBackend.MATH]
 
 

@@ -28,7 +28,7 @@ class TopicClassifier(nn.Module):
         if zero_init_residual:
             # Each residual branch starts as zero, so at step 0 every block passes its input on
             # and the head sees the embeddings directly; the branches then learn from there.
-            # Post-LN stacks otherwise sit at chance for the first tens of steps (README: Training).
+            # Post-LN stacks otherwise sit at chance for the first tens of steps.
             for residual in self.encoder.residuals():
                 for layer in residual.sublayer.output_layers():
                     nn.init.zeros_(layer.weight)

@@ -27,8 +27,7 @@ class Embeddings(nn.Module):
     times a learned gain that starts at d^-0.5, as in Hua et al. 2022), `learned`, or none here
     with `alibi` and `rotary` (attention biases its scores by distance, or turns queries and keys
     by position, instead). With the fixed table at full strength every token looks different at
-    every position, and a from-scratch model needs many more steps before it learns anything
-    (measured in the README).
+    every position, and a from-scratch model needs many more steps before it learns anything.
     """
 
     def __init__(self, vocab_size: int, cfg: EncoderConfig, pad_id: int):
