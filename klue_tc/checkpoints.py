@@ -12,6 +12,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from klue_tc.files import atomic_write
+
 log = logging.getLogger(__name__)
 
 RESUME_CHECKPOINT_EVERY_S = 60.0  # the least time between two writes of a fold's resumable state
@@ -28,9 +30,7 @@ def save_weights_only(source: Path, target: Path) -> None:
         if k in full
     }
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    torch.save(slim, tmp)
-    tmp.replace(target)
+    atomic_write(target, lambda tmp: torch.save(slim, tmp))
 
 
 def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.records import FoldResult
+from klue_tc.records import FoldResult, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def fold_records(run_dir: str | Path, available_only: bool = False) -> list[Fold
             )
         raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
     try:
-        folds = [FoldResult.from_dict(r) for r in json.loads(metrics_path.read_text(encoding="utf-8"))["folds"]]
+        folds = RunResult.load(metrics_path).folds
     except (ValueError, KeyError, TypeError) as err:
         raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
     present = [r for r in folds if r.checkpoint and Path(r.checkpoint).is_file() and Path(r.tokenizer_dir).is_dir()]

@@ -8,40 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see half a file.
-    The file gets the permissions the user's umask gives a new file (0644 typically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_json(path: Path, payload: Any) -> None:
-    atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
+from klue_tc.files import atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -135,34 +108,58 @@ class FoldResult:
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def run_metrics(
-    describe: Describe,
-    config_hash: str,
-    sweep: Optional[str],
-    cv_folds: int,
-    folds: list[FoldResult],
-    validation: Optional[dict],
-    reused: list[FoldResult],
-) -> dict:
-    """A run directory's `metrics.json` (the command-line contract's keys first)."""
-    f1, accuracy = CVSummary.of([r.f1 for r in folds]), CVSummary.of([r.accuracy for r in folds])
-    speed = CVSummary.of([r.train_samples_per_s for r in folds if r.train_samples_per_s is not None])
-    codes = {r.code.label() for r in folds if r.code}
-    return {
-        **asdict(describe),
-        "config_hash": config_hash,
-        "sweep": sweep,
-        "folds": [r.to_dict() for r in folds],
-        "cv_folds": cv_folds,
-        "cv_f1_mean": f1.mean,
-        "cv_f1_std": f1.std,
-        "cv_f1_n": f1.n,
-        "cv_accuracy_mean": accuracy.mean,
-        "cv_accuracy_std": accuracy.std,
-        "train_samples_per_s": speed.mean if speed.n else None,
-        "reused_folds": [
-            {"fold": r.fold, "finished_at": r.finished_at, "code": r.code.label() if r.code else None} for r in reused
-        ],
-        "code_versions": sorted(codes),
-        **(validation or {}),
-    }
+@dataclass
+class RunResult:
+    """A run directory's `metrics.json`: the configuration, its folds and their summary (the
+    command-line contract's keys at the top level), and the fold ensemble's validation score."""
+
+    describe: Describe
+    config_hash: str
+    sweep: Optional[str]
+    cv_folds: int
+    folds: list[FoldResult]
+    reused_folds: list[int] = field(default_factory=list)  # found in the results store, not trained now
+    reused_from_other_code: list[int] = field(default_factory=list)  # of those, made by other code
+    validation: dict = field(default_factory=dict)  # validation_f1, validation_accuracy, ... (evaluate.score_run)
+
+    def to_dict(self) -> dict:
+        f1, accuracy = CVSummary.of([r.f1 for r in self.folds]), CVSummary.of([r.accuracy for r in self.folds])
+        speed = CVSummary.of([r.train_samples_per_s for r in self.folds if r.train_samples_per_s is not None])
+        return {
+            **asdict(self.describe),
+            "config_hash": self.config_hash,
+            "sweep": self.sweep,
+            "folds": [r.to_dict() for r in self.folds],
+            "cv_folds": self.cv_folds,
+            "cv_f1_mean": f1.mean,
+            "cv_f1_std": f1.std,
+            "cv_f1_n": f1.n,
+            "cv_accuracy_mean": accuracy.mean,
+            "cv_accuracy_std": accuracy.std,
+            "train_samples_per_s": speed.mean if speed.n else None,
+            "reused_folds": self.reused_folds,
+            "reused_from_other_code": self.reused_from_other_code,
+            "code_versions": sorted({r.code.label() for r in self.folds if r.code}),
+            **self.validation,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: dict) -> RunResult:
+        describe = Describe(**{f.name: payload[f.name] for f in fields(Describe)})
+        return cls(
+            describe,
+            payload["config_hash"],
+            payload.get("sweep"),
+            payload.get("cv_folds", 0),
+            [FoldResult.from_dict(r) for r in payload["folds"]],
+            payload.get("reused_folds", []),
+            payload.get("reused_from_other_code", []),
+            {k: v for k, v in payload.items() if k.startswith("validation_")},
+        )
+
+    def save(self, path: Path) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: Path) -> RunResult:
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
-from klue_tc.records import FoldResult
+from klue_tc.records import FoldResult, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
         try:
             metrics = json.loads(path.read_text(encoding="utf-8"))
             describe = {key: metrics[key] for key in [*DESCRIBE, "config_hash"]}
-            rows += [fold_row(describe, FoldResult.from_dict(r)) for r in metrics["folds"]]
+            rows += [fold_row(describe, record) for record in RunResult.from_dict(metrics).folds]
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
     if not rows:

@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
+from klue_tc.files import atomic_write_text
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
-from klue_tc.records import Describe, FoldResult, atomic_write_json, atomic_write_text, run_metrics
+from klue_tc.records import Describe, FoldResult, RunResult
 from klue_tc.results import ResultsStore, config_hash
 
 log = logging.getLogger(__name__)
@@ -57,25 +58,18 @@ def run_job(cfg: DictConfig) -> float:
 
     key, code = results_key(run, inputs), code_version()
     wanted = [run.cv.fold] if run.cv.fold is not None else list(range(run.cv.folds))
-    finished, reused = find_finished(store, key, wanted, run, code)
+    finished, other_code = find_finished(store, key, wanted, run, code)
+    reused = sorted(finished)  # found in the store, not trained by this job
     missing = [k for k in wanted if k not in finished]
     if missing:
         finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start)
     folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
 
-    validation = None
+    result = RunResult(describe(run), key, run.sweep, run.cv.folds, folds, reused, other_code)
     if inputs.validation is not None and all(f.checkpoint for f in folds):
-        from klue_tc.evaluate import score_run
-
-        validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
-        from klue_tc.data import LABEL_NAMES
-        from klue_tc.plots import plot_confusion_matrix
-
-        plot_confusion_matrix(
-            validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
-        )
-    metrics = run_metrics(describe(run), key, run.sweep, run.cv.folds, folds, validation, [finished[k] for k in reused])
-    atomic_write_json(run_dir / "metrics.json", metrics)
+        result.validation = score_validation(folds, inputs, run, run_dir)
+    result.save(run_dir / "metrics.json")
+    metrics = result.to_dict()
     if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
         log_aggregate(run, metrics, run_dir, wandb_group(run, key))
     print(f"run directory: {run_dir}", flush=True)
@@ -86,6 +80,19 @@ def run_job(cfg: DictConfig) -> float:
         # an exception is recorded as one failed trial and the study goes on.
         raise FloatingPointError(f"CV macro-F1 is {score}: the trial is recorded as failed")
     return score
+
+
+def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig, run_dir: Path) -> dict:
+    """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
+    from klue_tc.data import LABEL_NAMES
+    from klue_tc.evaluate import score_run
+    from klue_tc.plots import plot_confusion_matrix
+
+    validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
+    plot_confusion_matrix(
+        validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
+    )
+    return validation
 
 
 def results_key(run: RunConfig, inputs: JobInputs) -> str:
@@ -124,7 +131,7 @@ def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConf
             )
         else:
             log.info("fold %d of %s already finished (%s): skipped", k, key, store.root)
-    return finished, [k for k in wanted if k in finished]
+    return finished, reused_other_code
 
 
 def train_folds(
@@ -288,11 +295,10 @@ def final_line(metrics: dict) -> str:
     )
     if "validation_f1" in metrics:
         line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
-    reused = [f for f in metrics["folds"] if f["fold"] in {r["fold"] for r in metrics["reused_folds"]}]
+    reused = [f for f in metrics["folds"] if f["fold"] in metrics["reused_folds"]]
     if reused:
         since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")
         line += f"; {len(reused)} fold(s) reused, finished from {since} UTC"
-        others = {r["code"] for r in metrics["reused_folds"]} - set()
-        if len(metrics["code_versions"]) > 1 or (others and others != set(metrics["code_versions"])):
-            line += " (some by other code: results.reuse=any)"
+        if metrics["reused_from_other_code"]:
+            line += f" ({len(metrics['reused_from_other_code'])} made by other code: results.reuse=any)"
     return line

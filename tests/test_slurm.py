@@ -9,8 +9,6 @@ On a multi-node cluster, pass pytest a `--basetemp` in a folder the compute node
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,14 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_sweeps import SKIPPED, SMOKE_JOBS, TRAINED, records, sweep_env
 
 from conftest import REPO, SHARED_TRAIN, make_headlines, write_tsv
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(1800)]
 
-SMOKE_JOBS = 8  # sweeps/smoke.yaml: 2 experiments x 2 layer counts x 2 folds
-TRAINED = "epoch 1/1: val macro-F1"  # one line per trained fold (one epoch in the smoke sweep)
-SKIPPED = "already finished"
 SWEEP_TIMEOUT_S = 900  # one submitting command: 8 jobs, 2 at a time, on 2 shared cores
 
 
@@ -46,27 +42,6 @@ def sweep_command(sweep_dir: Path, data: Path, *args: str) -> list[str]:
         f"hydra.sweep.dir={sweep_dir}",
         *args,
     ]
-
-
-def sweep_env(tmp_path: Path) -> dict:
-    """sbatch exports the submitting environment to the array tasks: W&B offline, no hub, caches here."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "KLUE_TC_CACHE": str(tmp_path / "cache"),
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "HF_HUB_OFFLINE": "1",
-    }
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
-        env[var] = str(tmp_path / "wandb_home")
-    env.pop("WANDB_API_KEY", None)
-    return env
-
-
-def records(sweep_dir: Path) -> dict[Path, dict]:
-    """Every finished (configuration, fold) record; each must be complete JSON."""
-    return {p: json.loads(p.read_text(encoding="utf-8")) for p in sorted((sweep_dir / "results").glob("*/fold*.json"))}
 
 
 def slurm(*args: str, timeout: float = 20) -> str:

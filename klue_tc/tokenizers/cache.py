@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from klue_tc.config import TokenizerConfig
+from klue_tc.files import atomic_write
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
 
@@ -57,9 +58,7 @@ class TokenizerCache:
                 log.warning("cached encoding %s is damaged (%s); encoding again", path, type(err).__name__)
         encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp.npz")
-        np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets)
-        tmp.replace(path)
+        atomic_write(path, lambda tmp: np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets), suffix=".npz")
         return encoded
 
 

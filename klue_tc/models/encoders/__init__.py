@@ -5,4 +5,6 @@ encoder is one new module with `@ENCODERS.register("name", NameConfig)` (README:
 The built-ins are imported first, in the study's order, which the report's rows follow.
 """
 
-from klue_tc.models.encoders import cnn, trans_blstm, trans_blstm_parallel, transformer  # noqa: F401
+# isort: off
+from klue_tc.models.encoders import transformer, trans_blstm, trans_blstm_parallel, cnn  # noqa: F401
+# isort: on
