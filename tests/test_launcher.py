@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from joblib import cpu_count
 from omegaconf import OmegaConf
 from test_sweeps import compose_sweep, records, run_sweep, sweep_command, sweep_env
 
+from conftest import REPO
 from hydra_plugins.klue_tc_launcher._workers import LauncherConfigError, Slot, describe, visible_gpus, worker_slots
 
 
@@ -116,3 +120,33 @@ def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headli
     assert sorted(env.CUDA_VISIBLE_DEVICES for env in seen) == ["0", "1"]
     threads = os.environ.get("OMP_NUM_THREADS", str(max(1, cpu_count() // 2)))
     assert {env.OMP_NUM_THREADS for env in seen} == {threads}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_worker_dies_with_its_launcher(tmp_path):
+    """A launcher killed outright (kill -9, a lost login) leaves no worker training on unseen."""
+    script = tmp_path / "launcher.py"
+    script.write_text(
+        "import concurrent.futures, multiprocessing, os, time\n"
+        "from hydra_plugins.klue_tc_launcher._workers import end_with_the_launcher\n"
+        "if __name__ == '__main__':\n"
+        "    pool = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context('spawn'),\n"
+        "                                                  initializer=end_with_the_launcher)\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 120)\n"
+        "    time.sleep(0.5)\n"
+        "    os._exit(0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists()

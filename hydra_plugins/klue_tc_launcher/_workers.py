@@ -91,9 +91,23 @@ def describe(slots: Sequence[Slot]) -> str:
     return f"{workers}, {plural(slots[0].threads, 'thread')} each"
 
 
+def end_with_the_launcher() -> None:
+    """Linux: the kernel kills this worker when the launcher process dies (a kill, a lost login),
+    so no orphan trains on unseen; its fold resumes from its last checkpointed epoch on the rerun.
+    (Ctrl-C reaches every worker anyway: they share the terminal's process group.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def pin_worker(free_slots: Any) -> None:
     """Runs once in each new worker, before its first job: takes a slot and pins the process to it.
     An OMP_NUM_THREADS (or MKL_...) set by the user is kept, as joblib keeps it."""
+    end_with_the_launcher()
     slot = free_slots.get()
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.gpu
