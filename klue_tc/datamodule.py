@@ -22,9 +22,16 @@ from klue_tc.tokenizers import EncodedTitles
 class PaddedBatches(Dataset):
     """Indexed by a list of title indices (from a batch sampler); returns one padded batch."""
 
-    def __init__(self, encoded: EncodedTitles, labels: Optional[np.ndarray], pad_id: int, pad_to: Optional[int] = None):
+    def __init__(
+        self,
+        encoded: EncodedTitles,
+        labels: Optional[np.ndarray],
+        pad_id: int,
+        pad_to: Optional[int] = None,
+        pad_multiple: int = 1,
+    ):
         self.ids, self.offsets, self.lengths = encoded.ids, encoded.offsets, encoded.lengths
-        self.labels, self.pad_id, self.pad_to = labels, pad_id, pad_to
+        self.labels, self.pad_id, self.pad_to, self.pad_multiple = labels, pad_id, pad_to, pad_multiple
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -33,6 +40,7 @@ class PaddedBatches(Dataset):
         indices = np.asarray(indices)
         lengths = self.lengths[indices]
         width = self.pad_to or int(lengths.max())
+        width += -width % self.pad_multiple
         positions = np.arange(width)
         real = positions < lengths[:, None]
         gather = np.minimum(self.offsets[indices][:, None] + positions, len(self.ids) - 1)
@@ -107,7 +115,7 @@ def make_loader(
         bucketing=cfg.bucketing,
         multiplier=cfg.bucket_size_multiplier,
     )
-    dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to)
+    dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
     return DataLoader(
         dataset,
         sampler=sampler,

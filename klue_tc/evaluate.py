@@ -18,6 +18,7 @@ def score_predictions(truth: np.ndarray, predicted: np.ndarray, source: str) -> 
         size=len(truth),
         source=source,
         per_class_f1={name: float(v) for name, v in zip(LABEL_NAMES, per_class)},
+        confusion_matrix=confusion_matrix(truth, predicted, labels=range(NUM_CLASSES)).tolist(),
     )
 
 
@@ -29,8 +30,12 @@ def score_fold(record: FoldResult, validation: LabelledTitles, batch_size: int =
 
 def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:
     """The fold ensemble (averaged probabilities) on the validation titles: what the run predicts."""
-    predicted = ensemble_probs(records, validation.texts, batch_size).argmax(1)
-    score = score_predictions(validation.labels, predicted, validation.source)
+    scored = records[0].validation if len(records) == 1 else None
+    if scored and scored.confusion_matrix and (scored.source, scored.size) == (validation.source, len(validation)):
+        score = scored  # a one-fold ensemble is that fold's model, scored on these titles as it finished
+    else:
+        predicted = ensemble_probs(records, validation.texts, batch_size).argmax(1)
+        score = score_predictions(validation.labels, predicted, validation.source)
     return {
         "validation_f1": score.f1,
         "validation_accuracy": score.accuracy,
@@ -40,7 +45,5 @@ def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size:
         ],
         "validation_size": score.size,
         "validation_source": score.source,
-        "validation_confusion_matrix": confusion_matrix(
-            validation.labels, predicted, labels=range(NUM_CLASSES)
-        ).tolist(),
+        "validation_confusion_matrix": score.confusion_matrix,
     }

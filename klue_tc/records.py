@@ -62,6 +62,7 @@ class ValidationScore:
     size: int
     source: str
     per_class_f1: dict[str, float] = field(default_factory=dict)
+    confusion_matrix: list[list[int]] = field(default_factory=list)  # rows: true label, columns: predicted
 
 
 @dataclass

@@ -113,7 +113,9 @@ def train_fold(
         prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
     )
     if run.trainer.compile:
-        module.model = torch.compile(module.model, dynamic=True)
+        # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
+        # faster than one symbolic in the width, which any width would need.
+        module.model = torch.compile(module.model, dynamic=run.data.pad_multiple == 1)
     datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
     monitor = FoldMonitor(job_start)
     # The EMA comes first, so that FoldMonitor's step time includes its update.

@@ -94,35 +94,38 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
 
 
 @pytest.mark.parametrize(
-    "accelerator, gpu, bf16_flag, asked, expected",
+    "accelerator, gpu, vendor, bf16_flag, asked, expected",
     [
-        ("cpu", False, None, None, "32-true"),  # bf16 would be emulated: slower than fp32
-        ("cpu", False, "amx_bf16", None, "bf16-mixed"),  # Intel AMX: bf16 matrix tiles
-        ("cpu", False, "avx512_bf16", None, "bf16-mixed"),  # AVX-512 BF16 dot products (AMD Zen 4)
-        ("auto", True, None, None, "bf16-mixed"),  # GPU
-        ("cpu", False, "amx_bf16", "32-true", "32-true"),  # an explicit trainer.precision always wins
+        ("cpu", False, "GenuineIntel", None, None, "32-true"),  # no native bf16: emulated, slower
+        ("cpu", False, "GenuineIntel", "amx_bf16", None, "bf16-mixed"),  # Intel AMX: bf16 matrix tiles
+        ("cpu", False, "AuthenticAMD", "avx512_bf16", None, "bf16-mixed"),  # AMD Zen 4: measured 2.35x
+        ("cpu", False, "GenuineIntel", "avx512_bf16", None, "32-true"),  # Intel without AMX: measured 0.70x
+        ("auto", True, "GenuineIntel", None, None, "bf16-mixed"),  # GPU
+        ("cpu", False, "GenuineIntel", "amx_bf16", "32-true", "32-true"),  # an explicit trainer.precision wins
     ],
 )
-def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, bf16_flag, expected, asked):
+def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, vendor, bf16_flag, asked, expected):
     import torch
 
     from klue_tc import hardware
     from klue_tc.config import TrainerConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])}))
+    flags = frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])})
+    monkeypatch.setattr(hardware, "cpu_info", lambda: hardware.CpuInfo(vendor, flags))
     assert hardware.default_precision(TrainerConfig(accelerator=accelerator, precision=asked)) == expected
 
 
-def test_cpu_flags_come_from_the_kernel_list(tmp_path):
-    from klue_tc.hardware import cpu_flags
+def test_cpu_vendor_and_flags_come_from_the_kernel_list(tmp_path):
+    from klue_tc.hardware import cpu_info
 
     (tmp_path / "cpuinfo").write_text(
-        "processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n\n"
-        "processor\t: 1\nflags\t\t: fpu sse2 amx_bf16 amx_tile\n"
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx512_bf16\n\n"
+        "processor\t: 1\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx512_bf16\n"
     )
-    assert cpu_flags(tmp_path / "cpuinfo") == {"fpu", "sse2", "amx_bf16", "amx_tile"}
-    assert cpu_flags(tmp_path / "absent") == set()
+    info = cpu_info(tmp_path / "cpuinfo")
+    assert info.vendor == "AuthenticAMD" and info.flags == {"fpu", "sse2", "avx512_bf16"}
+    assert cpu_info(tmp_path / "absent").flags == set()
 
 
 def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
@@ -202,6 +205,49 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     assert ids[0] != ids[1]
     for i, plain_ids in enumerate(tok.encode(texts)):  # different pieces, the same title
         assert tok.processor.decode(ids[1][i][1:-1]) == tok.processor.decode(plain_ids[1:-1])
+
+
+def test_batch_widths_round_up_to_the_pad_multiple_and_keep_every_token():
+    from klue_tc.config import DataConfig
+    from klue_tc.datamodule import EncodedSplit, make_loader
+    from klue_tc.tokenizers import EncodedTitles
+
+    rng = np.random.default_rng(0)
+    titles = [list(range(1, n + 1)) for n in rng.integers(3, 40, size=500)]
+    split = EncodedSplit(EncodedTitles.from_lists(titles), np.zeros(len(titles), dtype=np.int64))
+    widths, seen = set(), {}
+    for batch in make_loader(split, DataConfig(batch_size=32, pad_multiple=8), pad_id=0, train=True):
+        widths.add(batch["input_ids"].shape[1])
+        for i, row in zip(batch["index"].tolist(), batch["input_ids"].tolist()):
+            seen[i] = [t for t in row if t != 0]
+    assert widths <= {8, 16, 24, 32, 40} and len(widths) >= 3  # a handful of shapes, not one per batch
+    assert seen == dict(enumerate(titles))
+
+
+def test_a_one_fold_run_takes_its_folds_validation_score_without_predicting_again(monkeypatch):
+    from klue_tc import evaluate
+    from klue_tc.data import LabelledTitles
+    from klue_tc.records import FoldResult
+
+    truth = np.array([0, 1, 2, 2, 3])
+    validation = LabelledTitles(["a", "b", "c", "d", "e"], truth, "val.tsv")
+    fold = FoldResult(
+        fold=0, f1=0.5, accuracy=0.5, best_epoch=1, epochs_run=1, train_samples_per_s=1.0,
+        time_to_first_step_s=0.0, train_seconds=1.0, train_size=10, val_size=5, checkpoint="best.ckpt",
+        tokenizer_dir="tokenizer",
+    )  # fmt: skip
+    fold.validation = evaluate.score_predictions(truth, np.array([0, 1, 2, 1, 3]), "val.tsv")
+
+    def no_prediction(*args, **kwargs):
+        raise AssertionError("the fold was predicted again")
+
+    monkeypatch.setattr(evaluate, "ensemble_probs", no_prediction)
+    scored = evaluate.score_run([fold], validation)
+    assert scored["validation_f1"] == fold.validation.f1
+    assert np.trace(np.array(scored["validation_confusion_matrix"])) == 4
+    # Scored on other titles (a reused record, another validation file): predicted again.
+    with pytest.raises(AssertionError, match="predicted again"):
+        evaluate.score_run([fold], LabelledTitles(["a", "b", "c", "d", "e"], truth, "other.tsv"))
 
 
 def test_ema_decay_ramps_up_then_holds():
