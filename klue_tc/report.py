@@ -1,9 +1,10 @@
 """The F1 comparison table of a sweep (or any folder of runs), with its noise and the study's verdicts.
 
     python -m klue_tc.report outputs/sweeps/study [--wandb]
+    python -m klue_tc.report docs/study              # the committed study, from its records alone
 
-Every `metrics.json` below the folder is read; fold records are merged by `config_hash` (a fold seen
-twice counts once). Written into the folder: report.md (tables, verdicts, cost), report.csv (one
+Every `metrics.json` and results-store record below the folder is read; fold records are merged by
+`config_hash` (a fold seen twice counts once). Written into the folder: report.md (tables, verdicts, cost), report.csv (one
 row per configuration), effects.csv (marginal effects with intervals), claims.md (the original
 study's claims judged), and the plots.
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -60,7 +62,9 @@ def study_order() -> dict[str, int]:
 
 
 def fold_frame(directory: str | Path) -> pd.DataFrame:
-    """One row per (configuration, fold), from every metrics.json below `directory`."""
+    """One row per (configuration, fold), from every metrics.json below `directory` and every
+    results-store record (<key>/fold<k>.json) there: a folder of records alone, such as the
+    committed docs/study/results, is reported on without its run folders."""
     directory = Path(directory)
     if not directory.is_dir():
         raise NoResultsError(f"{directory}: no such directory")
@@ -72,12 +76,26 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
             rows += [fold_row(describe, record) for record in RunResult.from_dict(metrics).folds]
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
+    rows += stored_rows(directory)
     if not rows:
-        raise NoResultsError(f"{directory}: no metrics.json found (nothing finished to report on)")
+        raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
     frame = pd.DataFrame(rows).dropna(subset=["f1"]).drop_duplicates(["config_hash", "fold"], keep="last")
     if frame.empty:
         raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
     return frame.reset_index(drop=True)
+
+
+def stored_rows(directory: Path) -> list[dict]:
+    """Rows from the results-store records below `directory` (those that name their configuration)."""
+    rows = []
+    for path in sorted(directory.rglob("fold*.json")):
+        try:
+            record = FoldResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # another file that happens to be named fold<k>.json
+        if record.describe is not None and record.config_hash:
+            rows.append(fold_row({**asdict(record.describe), "config_hash": record.config_hash}, record))
+    return rows
 
 
 def fold_row(describe: dict, record: FoldResult) -> dict:

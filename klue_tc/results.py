@@ -19,10 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import yaml
+
 from klue_tc.config import RunConfig, keyed_settings
+from klue_tc.files import atomic_write_text
 from klue_tc.records import CodeVersion, FoldResult
 
 log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
 
 
 def config_hash(run: RunConfig, data_fingerprint: str, precision: str, tokenizer_identity: Optional[str] = None) -> str:
@@ -73,8 +78,12 @@ class ResultsStore:
         )
         return Lookup(None)
 
-    def put(self, key: str, fold: int, record: FoldResult) -> None:
+    def put(self, key: str, fold: int, record: FoldResult, config: Optional[dict] = None) -> None:
+        """Store the record; `config` (the job's resolved config) is kept once per configuration
+        beside its folds, so the store alone says what produced its numbers (the report reads it)."""
         record.save(self._path(key, fold))
+        if config is not None and not (self.root / key / CONFIG_FILE).is_file():
+            atomic_write_text(self.root / key / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
 
     @contextlib.contextmanager
     def claim(self, key: str, fold: int) -> Iterator[None]:

@@ -195,7 +195,7 @@ def train_folds(
                 data_source=inputs.train.source,
                 finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             )
-            store.put(key, k, record)
+            store.put(key, k, record, resolved)
             store.discard_training_state(key, k)
             trained[k] = record
             job_start = time.perf_counter()  # the next fold's time to first step starts here

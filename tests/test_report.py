@@ -250,3 +250,24 @@ def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, capl
     assert "this table mixes records of 2 code versions" in markdown
     assert any("mixes records of 2 code versions" in r.getMessage() for r in caplog.records)
     assert "8 of 8 configurations were still improving" not in markdown  # best epoch 1 of 2 run
+
+
+def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path, tmp_path: Path):
+    """The committed study keeps only the results store's records (docs/study/results): the report
+    on that folder matches the report on the sweep's run folders."""
+    from klue_tc.records import Describe, RunResult
+    from klue_tc.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "study" / "results")
+    for path in sweep_dir.rglob("metrics.json"):
+        run = RunResult.load(path)
+        for record in run.folds:
+            record.describe, record.config_hash = run.describe, run.config_hash
+            store.put(run.config_hash, record.fold, record, {"data": {"limit": 100}, "cv": {"folds": FOLDS, "seed": 0}})
+    assert isinstance(run.describe, Describe)
+    assert len(list(store.root.glob("*/config.yaml"))) == len(CONFIGS)  # one per configuration, not per fold
+
+    from_runs = write_report(sweep_dir, baseline=False)
+    from_records = write_report(tmp_path / "study", baseline=False)
+    pd.testing.assert_frame_equal(from_runs, from_records)
+    assert (tmp_path / "study" / "report.md").is_file() and (tmp_path / "study" / "claims.md").is_file()
