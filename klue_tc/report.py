@@ -4,9 +4,9 @@
     python -m klue_tc.report docs/study              # the committed study, from its records alone
 
 Every `metrics.json` and results-store record below the folder is read; fold records are merged by
-`config_hash` (a fold seen twice counts once). Written into the folder: report.md (tables, verdicts, cost), report.csv (one
-row per configuration), effects.csv (marginal effects with intervals), claims.md (the original
-study's claims judged), and the plots.
+`config_hash` (a fold seen twice counts once). Written into the folder: report.md (tables,
+verdicts, cost), report.csv (one row per configuration), effects.csv (marginal effects with
+intervals), claims.md (the original study's claims judged), and the plots.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ class ResultsStore:
         beside its folds, so the store alone says what produced its numbers (the report reads it)."""
         record.save(self._path(key, fold))
         if config is not None and not (self.root / key / CONFIG_FILE).is_file():
-            atomic_write_text(self.root / key / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+            text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+            atomic_write_text(self.root / key / CONFIG_FILE, text)
 
     @contextlib.contextmanager
     def claim(self, key: str, fold: int) -> Iterator[None]:
