@@ -49,7 +49,7 @@ report: install  ## F1 comparison table for DIR (a run or sweep directory)
 bench: install  ## training throughput and F1 against the notebook's design (CPU)
 	$(PY) -m benchmarks $(ARGS)
 
-bench-gpu: install  ## throughput per encoder on a GPU and the paper sweep's projected wall time
+bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder, 2/4/8 jobs at once, the paper sweep's wall time
 	$(PY) -m benchmarks --gpu $(ARGS)
 
 clean:  ## remove outputs, W&B offline runs and caches (not the venv)

@@ -1,7 +1,13 @@
 """Training throughput and macro-F1 against the original notebook's design; sweep overhead; GPU projection.
 
     python -m benchmarks [--limit 5000] [--epochs 1] [--encoders transformer,trans_blstm,...]
-    python -m benchmarks --gpu          # the same on CUDA, then the paper sweep's projected wall time
+    python -m benchmarks --gpu          # on CUDA, in three phases of at most --phase-budget s each
+
+With --gpu: (1) titles/s per encoder on the full train split, bf16, in the paper sweep's batch
+widths and padded to one width; (2) 2, 4 and 8 jobs at once on the one GPU, their encoders in
+turn, as the speed-up over running them one by one; (3) the main job's per-job overhead and the
+projected wall time of sweeps/paper.yaml at the best measured concurrency. Each phase prints as it
+goes and starts no run once its budget is spent.
 
 Each encoder (3 layers, the experiments' sizes) is trained three ways on the same titles, each
 in a fresh subprocess with the same torch thread count:

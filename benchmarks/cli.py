@@ -50,7 +50,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action="store_true",
         help="measure on CUDA (bf16-mixed) and project sweeps/paper.yaml's wall time on one GPU",
     )
-    p.add_argument("--parallel", default="2,4", help="with --gpu: concurrent jobs to measure (default: %(default)s)")
+    p.add_argument(
+        "--parallel",
+        default="2,4,8",
+        help="with --gpu: concurrent jobs on the one GPU to measure (default: %(default)s; 1 is phase 1)",
+    )
+    p.add_argument(
+        "--phase-budget",
+        type=float,
+        default=240,
+        help="with --gpu: seconds per phase; no run starts once they are spent (default: %(default)s)",
+    )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run (default: %(default)s)")
     p.add_argument("--work-dir", type=Path, help="keep runs, caches and logs here (default: a temporary directory)")
     p.add_argument(
@@ -121,7 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not torch.cuda.is_available():
             fail("--gpu: no CUDA device visible to torch")
         notes.append("seed_reference is CPU-only: not run with --gpu")
-    parallel = sorted({1, *(int(k) for k in args.parallel.split(",") if k.strip())}) if args.gpu else []
+    parallel = sorted({int(k) for k in args.parallel.split(",") if k.strip() and int(k) > 1}) if args.gpu else []
     threads = args.threads or len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="klue_tc_bench-") as tmp:
         work = args.work_dir.expanduser().resolve() if args.work_dir else Path(tmp)
@@ -142,6 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.override,
             args.repeat,
             args.clock,
+            args.phase_budget,
         )
         report = bench.measure()
     print_rich(report)

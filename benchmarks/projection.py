@@ -80,19 +80,25 @@ def grid_axis(spec) -> list[str]:
 
 
 def paper_sweep_settings(repo: Path = REPO_ROOT) -> dict:
-    """max_epochs and layer counts of sweeps/paper.yaml (else conf/trainer/default.yaml, the issue's grid)."""
+    """max_epochs, layer counts and batch-width multiple of sweeps/paper.yaml (else the schema's
+    defaults and the issue's grid)."""
     from omegaconf import OmegaConf
 
-    settings = {"epochs": None, "layers": PAPER_GRID["layers"], "jobs_in_file": None, "source": None}
-    default = repo / "conf" / "trainer" / "default.yaml"
-    if default.is_file():
-        settings["epochs"] = int(OmegaConf.load(default).get("max_epochs", 10))
-        settings["source"] = str(default.relative_to(repo))
+    from klue_tc.config import DataConfig, TrainerConfig
+
+    settings = {
+        "epochs": TrainerConfig().max_epochs,
+        "layers": PAPER_GRID["layers"],
+        "jobs_in_file": None,
+        "source": "klue_tc.config.TrainerConfig",
+        "pad_multiple": DataConfig().pad_multiple,
+    }
     paper = repo / "sweeps" / "paper.yaml"
     if paper.is_file():
         cfg = OmegaConf.to_container(OmegaConf.load(paper), resolve=False)
         params = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
         epochs = params.get("trainer.max_epochs") or (cfg.get("trainer") or {}).get("max_epochs")
+        settings["pad_multiple"] = int((cfg.get("data") or {}).get("pad_multiple", settings["pad_multiple"]))
         if epochs is not None and len(grid_axis(epochs)) == 1:
             settings["epochs"], settings["source"] = int(grid_axis(epochs)[0]), str(paper.relative_to(repo))
         if "encoder.layers" in params:
@@ -102,7 +108,6 @@ def paper_sweep_settings(repo: Path = REPO_ROOT) -> dict:
             for spec in params.values():
                 jobs *= len(grid_axis(spec))
             settings["jobs_in_file"] = jobs
-    settings["epochs"] = settings["epochs"] or 10
     return settings
 
 
@@ -110,15 +115,19 @@ def fastest(trials: Sequence[dict]) -> Optional[dict]:
     return max(trials, key=lambda t: t["samples_per_s"], default=None)
 
 
-def concurrent_throughput(results: Sequence[dict]) -> dict:
+def concurrent_throughput(results: Sequence[dict], solo: Optional[dict[str, float]] = None) -> dict:
     """Aggregate titles/s of concurrent workers: all their titles over the span from the first
-    start to the last end (validation included, as in real jobs)."""
+    start to the last end (validation included, as in real jobs). With `solo` (titles/s of each
+    encoder alone), the speed-up: the time their work takes one job after another, over the span."""
     start = min(r["train_start_wall"] for r in results)
     end = max(r["train_end_wall"] for r in results)
     titles = sum(r["trained_samples"] for r in results)
+    one_by_one = [r["trained_samples"] / solo[r["encoder"]] for r in results if solo and solo.get(r.get("encoder"))]
     return {
         "jobs": len(results),
+        "encoders": [r.get("encoder") for r in results],
         "aggregate_samples_per_s": titles / (end - start) if end > start else None,
+        "speedup": sum(one_by_one) / (end - start) if len(one_by_one) == len(results) and end > start else None,
         "per_job_samples_per_s": [r["samples_per_s"] for r in results],
         "peak_mb_each": max((r.get("cuda_peak_mb") or 0) for r in results),
     }
@@ -135,18 +144,13 @@ def gpu_projection(report: dict) -> dict:
     settings = paper_sweep_settings()
     cached = (report.get("overhead") or {}).get("cached") or {}
     overhead_s = cached.get("wall_s") or 0.0
-    # Speed-up of k concurrent jobs: measured aggregate over the same measure for k=1.
+    # k jobs at once: the measured speed-up of the sweep's mix of encoders over one job at a time.
     parallel, assumed = {}, []
-    for k in sorted({k for per in report.get("concurrency", {}).values() for k in per if k != 1}):
-        parallel[k] = {}
-        for encoder, per in report.get("concurrency", {}).items():
-            one = (per.get(1) or {}).get("aggregate_samples_per_s")
-            many = (per.get(k) or {}).get("aggregate_samples_per_s")
-            if one and many:
-                parallel[k][encoder] = many / one
-            else:
-                parallel[k][encoder] = 1.0
-                assumed.append(f"{encoder} k={k}")
+    for k, measured in sorted((int(k), v) for k, v in (report.get("concurrency") or {}).items()):
+        speedup = (measured or {}).get("speedup")
+        if not speedup:
+            assumed.append(f"k={k}")
+        parallel[k] = {encoder: speedup or 1.0 for encoder in speeds}
     projection = project_sweep(
         speeds,
         evals,
@@ -155,5 +159,12 @@ def gpu_projection(report: dict) -> dict:
         layers=settings["layers"],
         parallel_speedup=parallel,
     )
-    projection.update(settings=settings, overhead_s=overhead_s, parallel_speedup=parallel, parallel_assumed_1x=assumed)
+    measured = {k: wall for k, wall in projection["parallel_s"].items() if f"k={k}" not in assumed}
+    projection.update(
+        settings=settings,
+        overhead_s=overhead_s,
+        parallel_speedup=parallel,
+        parallel_assumed_1x=assumed,
+        best_parallel=min(measured, key=measured.get) if measured else None,
+    )
     return projection

@@ -273,25 +273,26 @@ def projection_lines(report: dict) -> list[str]:
     )
     lines += ["", f"- sequential, one GPU: **{fmt_seconds(p['sequential_s'])}**"]
     for k, wall in p["parallel_s"].items():
-        speedups = ", ".join(f"{e} {v:.2f}x" for e, v in p["parallel_speedup"][k].items())
-        lines.append(
-            f"- {k} jobs at once on one GPU: **{fmt_seconds(wall)}** (measured aggregate speed-up: {speedups})"
-        )
-    concurrency = report.get("concurrency") or {}
-    ks = sorted({int(k) for per in concurrency.values() for k in per})
-    if ks:
+        speedup = next(iter(p["parallel_speedup"][k].values()), 1.0)
+        best = " (the best measured)" if k == p.get("best_parallel") else ""
+        lines.append(f"- {k} jobs at once on one GPU{best}: **{fmt_seconds(wall)}** (measured speed-up {speedup:.2f}x)")
+    concurrency = {int(k): v for k, v in (report.get("concurrency") or {}).items()}
+    if concurrency:
         rows = [
             [
-                enc,
-                *(fmt((per.get(k) or per.get(str(k)) or {}).get("aggregate_samples_per_s")) for k in ks),
-                fmt(max(((v or {}).get("peak_mb_each") or 0) for v in per.values()) or None),
+                str(k),
+                ", ".join(sorted(set((v or {}).get("encoders") or []))) or "—",
+                fmt((v or {}).get("aggregate_samples_per_s")),
+                fmt((v or {}).get("speedup"), ".2f", "x"),
+                fmt((v or {}).get("peak_mb_each") or None),
             ]
-            for enc, per in concurrency.items()
+            for k, v in sorted(concurrency.items())
         ]
         lines += [
             "",
             markdown_table(
-                ("encoder", *(f"{k} job(s) at once: titles/s in all" for k in ks), "peak GPU memory per job MB"), rows
+                ("jobs at once", "encoders (in turn)", "titles/s in all", "speed-up over one by one", "peak GPU MB"),
+                rows,
             ),
         ]
     lines += [
@@ -300,8 +301,10 @@ def projection_lines(report: dict) -> list[str]:
         f"titles/s) x layers/3, measured at 3 layers with SentencePiece (Mecab and KoBERT pieces assumed the "
         f"same speed), every job running all {p['epochs']} epochs (early stopping only shortens it), plus "
         f"{fmt_seconds(p['overhead_s'])} per job (the cached main job's whole process wall time, start-up to "
-        f"exit). With k jobs at once, the GPU part runs at the measured aggregate speed-up of k concurrent "
-        f"workers started together (same encoder, same data) and start-up overlaps k-fold on the CPU cores.",
+        f"exit). With k jobs at once, the GPU part runs at the measured speed-up of k concurrent workers "
+        f"started together, their encoders taken in turn (the sweep's mix): the time their epochs take one "
+        f"after another at each encoder's own titles/s, over the span they took together; start-up "
+        f"overlaps k-fold on the CPU cores.",
     ]
     if p["parallel_assumed_1x"]:
         lines.append(f"Not measured, assumed 1x: {', '.join(p['parallel_assumed_1x'])}.")

@@ -14,7 +14,7 @@ from typing import Optional
 
 from benchmarks.constants import LAYERS, REPO_ROOT
 from benchmarks.processes import _kill, child_env, run_measured
-from benchmarks.projection import concurrent_throughput, fastest, gpu_projection
+from benchmarks.projection import concurrent_throughput, fastest, gpu_projection, paper_sweep_settings
 from benchmarks.reference import CPU_CLOCK_LAUNCHER, REFERENCE_ARCH, parse_reference_line
 
 
@@ -35,6 +35,7 @@ class Bench:
     overrides: list[str] = field(default_factory=list)
     repeat: int = 1
     clock: str = "wall"
+    phase_budget_s: float = 240.0  # with --gpu: each phase stops starting runs once this is spent
 
     @property
     def env(self) -> dict:
@@ -43,7 +44,11 @@ class Bench:
     def say(self, message: str) -> None:
         print(f"[bench] {message}", file=sys.stderr, flush=True)
 
-    def worker_spec(self, encoder: str, bucketing: bool, name: str, barrier: Optional[dict] = None) -> dict:
+    def worker_spec(
+        self, encoder: str, bucketing: bool, name: str, barrier: Optional[dict] = None, threads: Optional[int] = None
+    ) -> dict:
+        # On a GPU the bucketed runs use the paper sweep's batch widths (a multiple of 8).
+        shapes = [f"data.pad_multiple={paper_sweep_settings()['pad_multiple']}"] if self.gpu and bucketing else []
         return {
             "encoder": encoder,
             "bucketing": bucketing,
@@ -52,12 +57,12 @@ class Bench:
             "limit": self.limit,
             "epochs": self.epochs,
             "batch_size": self.batch_size,
-            "threads": self.threads,
+            "threads": threads or self.threads,
             "gpu": self.gpu,
             "cache_dir": str(self.work / "cache"),
             "work_dir": str(self.work / "runs" / name),
             "barrier": barrier,
-            "overrides": self.overrides,
+            "overrides": [*shapes, *self.overrides],
         }
 
     def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
@@ -196,13 +201,18 @@ class Bench:
         result["startup_s"] = done.wall_s if done.rc == 0 else None
         return result
 
-    def concurrency(self, encoder: str, k: int) -> Optional[dict]:
-        """k identical workers at once on the one GPU, started together: aggregate titles/s."""
-        barrier = {"dir": str(self.work / f"barrier-{encoder}-{k}"), "count": k}
+    def concurrency(self, k: int, solo: Optional[dict[str, float]] = None) -> Optional[dict]:
+        """k workers at once on the one GPU, started together, their encoders taken in turn from
+        the encoders measured (the sweep's mix), CPU threads split between them: aggregate titles/s,
+        and with `solo` (each encoder's titles/s alone) the speed-up over running them one by one."""
+        barrier = {"dir": str(self.work / f"barrier-{k}"), "count": k}
+        threads = max(1, self.threads // k)
+        self.say(f"{k} jobs at once ({threads} CPU thread(s) each) ...")
         procs = []
         for i in range(k):
-            name = f"{encoder}-parallel{k}-{i}"
-            spec = self.worker_spec(encoder, True, name, {**barrier, "name": str(i)})
+            encoder = self.encoders[i % len(self.encoders)]
+            name = f"parallel{k}-{i}-{encoder}"
+            spec = self.worker_spec(encoder, True, name, {**barrier, "name": str(i)}, threads)
             spec_path, result_path = self.work / f"{name}.spec.json", self.work / f"{name}.result.json"
             spec_path.write_text(json.dumps(spec))
             with open(self.work / f"{name}.out", "wb") as out, open(self.work / f"{name}.err", "wb") as err:
@@ -243,11 +253,16 @@ class Bench:
             if proc.returncode == 0 and result_path.is_file():
                 results.append(json.loads(result_path.read_text()))
         if len(results) < k:
-            self.notes.append(f"{encoder} with {k} concurrent jobs: {k - len(results)} failed")
+            self.notes.append(f"{k} concurrent jobs: {k - len(results)} failed; logs: {self.work}/parallel{k}-*.err")
             return None
-        return concurrent_throughput(results)
+        result = concurrent_throughput(results, solo)
+        speedup = f", {result['speedup']:.2f}x one by one" if result.get("speedup") else ""
+        self.say(f"{k} jobs at once: {result['aggregate_samples_per_s']:.0f} titles/s in all{speedup}")
+        return result
 
     def measure(self) -> dict:
+        if self.gpu:
+            return self.measure_gpu()
         # With --repeat, the three runs of an encoder alternate (order reversed every other round)
         # and each keeps its fastest round: interference from other work only ever slows a run.
         runs = {
@@ -271,9 +286,34 @@ class Bench:
             for enc in self.encoders
         ]
         report = {"settings": self.settings(), "results": results, "overhead": self.overhead()}
-        if self.gpu:
-            report["concurrency"] = {enc: {k: self.concurrency(enc, k) for k in self.parallel} for enc in self.encoders}
+        report["notes"] = self.notes
+        return report
+
+    def measure_gpu(self) -> dict:
+        """Three phases, each printed as it goes and each starting no run once its budget is spent:
+        titles/s per encoder (buckets and one width), k jobs at once, the paper sweep's projection."""
+        report = {"settings": self.settings(), "results": [], "concurrency": {}, "overhead": {}}
+        with Phase(self, "1/3: titles/s per encoder, length buckets and one width") as phase:
+            for encoder in self.encoders:
+                row = {"encoder": encoder, "reference": None}
+                row["klue_tc"] = phase.run(f"{encoder} bucketed", self.klue_tc_run, encoder, True)
+                row["notebook"] = phase.run(f"{encoder} one width", self.klue_tc_run, encoder, False)
+                report["results"].append(row)
+        solo = {
+            r["encoder"]: r["klue_tc"].get("loop_samples_per_s") or r["klue_tc"]["samples_per_s"]
+            for r in report["results"]
+            if r.get("klue_tc")
+        }
+        with Phase(self, f"2/3: {', '.join(map(str, self.parallel))} jobs at once on one GPU") as phase:
+            for k in self.parallel:
+                report["concurrency"][k] = phase.run(f"{k} jobs at once", self.concurrency, k, solo)
+        with Phase(self, "3/3: per-job overhead and the paper sweep's projected wall time") as phase:
+            cache = self.work / "overhead-cache"
+            report["overhead"]["first"] = phase.run("main job", self.overhead_run, "main-first", cache)
+            report["overhead"]["cached"] = phase.run("main job", self.overhead_run, "main-cached", cache)
             report["projection"] = gpu_projection(report)
+            for line in projection_summary(report["projection"]):
+                self.say(line)
         report["notes"] = self.notes
         return report
 
@@ -300,3 +340,42 @@ class Bench:
         import torch
 
         return f"{torch.cuda.get_device_name(0)} (bf16-mixed)"
+
+
+class Phase:
+    """One timed phase of `make bench-gpu`: runs start only while its budget lasts, and each run's
+    timeout is what is left of it, so a phase ends within its budget."""
+
+    def __init__(self, bench: Bench, title: str):
+        self.bench, self.title = bench, title
+
+    def __enter__(self) -> Phase:
+        self.started = time.monotonic()
+        self.bench.say(f"phase {self.title} (budget {self.bench.phase_budget_s:.0f} s)")
+        return self
+
+    def left_s(self) -> float:
+        return self.bench.phase_budget_s - (time.monotonic() - self.started)
+
+    def run(self, label: str, measure, *args):
+        if self.left_s() <= 0:
+            self.bench.notes.append(f"phase {self.title.split(':')[0]}: its budget was spent before {label}: not run")
+            self.bench.say(f"{label}: skipped (phase budget spent)")
+            return None
+        saved, self.bench.timeout_s = self.bench.timeout_s, min(self.bench.timeout_s, self.left_s())
+        try:
+            return measure(*args)
+        finally:
+            self.bench.timeout_s = saved
+
+    def __exit__(self, *exc) -> None:
+        self.bench.say(f"phase {self.title.split(':')[0]} done in {time.monotonic() - self.started:.0f} s")
+
+
+def projection_summary(projection: dict) -> list[str]:
+    """The projection's headline, one line each: one by one, and at the best concurrency."""
+    minutes = [f"paper sweep ({projection['jobs']} jobs), one by one: {projection['sequential_s'] / 60:.1f} min"]
+    best = projection.get("best_parallel")
+    if best:
+        minutes.append(f"paper sweep at {best} jobs at once: {projection['parallel_s'][best] / 60:.1f} min")
+    return minutes

@@ -186,16 +186,20 @@ def test_grid_axis_forms():
 
 
 def test_paper_sweep_settings_reads_the_sweep_file(tmp_path):
-    (tmp_path / "conf" / "trainer").mkdir(parents=True)
-    (tmp_path / "conf" / "trainer" / "default.yaml").write_text("max_epochs: 7\n")
-    assert bench.paper_sweep_settings(tmp_path)["epochs"] == 7
+    from klue_tc.config import TrainerConfig
+
+    defaults = bench.paper_sweep_settings(tmp_path)  # no sweep file: the schema's defaults
+    assert defaults["epochs"] == TrainerConfig().max_epochs and defaults["pad_multiple"] == 1
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "paper.yaml").write_text(
+        "data:\n  pad_multiple: 8\n"
         "hydra:\n  sweeper:\n    params:\n      encoder: transformer,cnn\n      encoder.layers: range(2,5)\n"
         "      trainer.max_epochs: 12\n"
     )
     settings = bench.paper_sweep_settings(tmp_path)
     assert settings["epochs"] == 12 and settings["layers"] == (2, 3, 4) and settings["jobs_in_file"] == 6
+    assert settings["pad_multiple"] == 8
+    assert bench.paper_sweep_settings()["pad_multiple"] == 8  # the real paper grid: GPU batch widths
 
 
 def test_fmt_helpers():
@@ -407,9 +411,10 @@ def test_gpu_projection_from_a_report(monkeypatch):
             for e in bench.ENCODERS
         ],
         "overhead": {"first": None, "cached": {"time_to_first_step_s": 0.5, "wall_s": 12.0}},
+        # k jobs at once, encoders in turn: 2 measured at 1.75x the one-by-one time, 4 failed.
         "concurrency": {
-            e: {1: {"aggregate_samples_per_s": 8000.0}, 2: {"aggregate_samples_per_s": 14000.0}, 4: None}
-            for e in bench.ENCODERS
+            2: {"aggregate_samples_per_s": 14000.0, "speedup": 1.75, "encoders": ["cnn", "transformer"]},
+            4: None,
         },
         "notes": [],
     }
@@ -424,12 +429,12 @@ def test_gpu_projection_from_a_report(monkeypatch):
     assert p["jobs"] == 600
     assert p["sequential_s"] == pytest.approx(expected["sequential_s"])
     assert p["parallel_s"][2] == pytest.approx(expected["parallel_s"][2])
-    assert set(p["parallel_assumed_1x"]) == {f"{e} k=4" for e in bench.ENCODERS}
+    assert p["parallel_assumed_1x"] == ["k=4"] and p["best_parallel"] == 2  # a failed k is never "best"
     report["projection"] = p
     text = bench.render(report)
     assert "Paper sweep projection (600 single-fold jobs, 10 epochs each" in text
-    assert "2 jobs at once on one GPU" in text and "Not measured, assumed 1x" in text
-    assert "| transformer | 8000 | 14000 | — |" in text  # aggregate titles/s with 1, 2 (and 4: failed) jobs
+    assert "2 jobs at once on one GPU (the best measured)" in text and "Not measured, assumed 1x: k=4" in text
+    assert "| 2 | cnn, transformer | 14000 | 1.75x |" in text
     assert "torch.cuda.max_memory_allocated" in text
 
 
@@ -438,9 +443,64 @@ def test_gpu_projection_from_a_report(monkeypatch):
 def test_concurrent_workers_start_together(tmp_path):
     """The --gpu concurrency measurement's machinery (barrier, aggregate), exercised on CPU."""
     data = _headlines(tmp_path / "train.tsv")
-    b = bench.Bench(data, 40, 1, 16, ["cnn"], None, 1, False, tmp_path / "work", 300)
+    b = bench.Bench(data, 40, 1, 16, ["cnn", "transformer"], None, 2, False, tmp_path / "work", 300)
     (tmp_path / "work").mkdir()
-    agg = b.concurrency("cnn", 2)
+    agg = b.concurrency(2, solo={"cnn": 1e9, "transformer": 1e9})
     assert agg is not None and agg["jobs"] == 2, b.notes
     assert agg["aggregate_samples_per_s"] > 0 and len(agg["per_job_samples_per_s"]) == 2
-    assert len(list((tmp_path / "work" / "barrier-cnn-2").glob("*.ready"))) == 2
+    assert sorted(agg["encoders"]) == ["cnn", "transformer"]  # the encoders in turn: the sweep's mix
+    assert 0 < agg["speedup"] < 1e-3  # the work would take no time one by one at 1e9 titles/s
+    assert len(list((tmp_path / "work" / "barrier-2").glob("*.ready"))) == 2
+
+
+def test_concurrent_speedup_is_one_by_one_time_over_the_span():
+    results = [
+        {
+            "encoder": "transformer",
+            "train_start_wall": 0.0,
+            "train_end_wall": 10.0,
+            "trained_samples": 8000,
+            "samples_per_s": 800.0,
+        },
+        {
+            "encoder": "trans_blstm",
+            "train_start_wall": 0.0,
+            "train_end_wall": 10.0,
+            "trained_samples": 4000,
+            "samples_per_s": 400.0,
+        },
+    ]
+    # Alone: 8000 / 1000 = 8 s and 4000 / 500 = 8 s, 16 s one by one, 10 s together.
+    agg = bench.concurrent_throughput(results, {"transformer": 1000.0, "trans_blstm": 500.0})
+    assert agg["speedup"] == pytest.approx(1.6)
+    assert bench.concurrent_throughput(results, {"transformer": 1000.0})["speedup"] is None  # an encoder unmeasured
+
+
+def test_a_gpu_phase_starts_no_run_once_its_budget_is_spent(tmp_path, monkeypatch):
+    from benchmarks.runner import Phase
+
+    b = bench.Bench(tmp_path, None, 1, 16, ["cnn"], None, 1, False, tmp_path, timeout_s=3600, phase_budget_s=10)
+    clock = iter([0.0, 3.0, 3.0, 12.0, 12.0, 12.0])
+    monkeypatch.setattr(bench.runner.time, "monotonic", lambda: next(clock))
+    timeouts = []
+    with Phase(b, "1/3: test") as phase:
+        assert phase.run("first", lambda: timeouts.append(b.timeout_s) or "done") == "done"
+        assert phase.run("second", lambda: timeouts.append(b.timeout_s)) is None
+    assert timeouts == [7.0]  # the run's timeout is what is left of the phase
+    assert b.timeout_s == 3600 and any("before second: not run" in n for n in b.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_gpu_phases_run_in_order_and_project_the_sweep(tmp_path, capsys):
+    """`make bench-gpu`'s three phases, run on CPU (the device is the only difference)."""
+    data = _headlines(tmp_path / "train.tsv")
+    b = bench.Bench(data, 40, 1, 16, ["cnn"], None, 2, False, tmp_path / "work", 300, parallel=[2])
+    (tmp_path / "work").mkdir()
+    report = b.measure_gpu()
+    said = capsys.readouterr().err
+    assert said.index("phase 1/3") < said.index("phase 2/3") < said.index("phase 3/3"), said
+    assert said.count("done in") == 3 and "paper sweep (150 jobs), one by one:" in said  # cnn: 150 of the 600
+    assert report["results"][0]["klue_tc"] and report["results"][0]["notebook"], b.notes
+    assert report["concurrency"][2]["speedup"] > 0 and report["projection"]["best_parallel"] == 2
+    assert "Paper sweep projection" in bench.render(report)
