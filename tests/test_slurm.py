@@ -12,36 +12,19 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_sweeps import SKIPPED, SMOKE_JOBS, TRAINED, records, sweep_env
+from test_sweeps import SKIPPED, SMOKE_JOBS, TRAINED, records, sweep_command, sweep_env
 
-from conftest import REPO, SHARED_TRAIN, make_headlines, write_tsv
+from conftest import SHARED_TRAIN, make_headlines, write_tsv
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(1800)]
 
 SWEEP_TIMEOUT_S = 900  # one submitting command: 8 jobs, 2 at a time, on 2 shared cores
-
-
-def sweep_command(sweep_dir: Path, data: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "klue_tc",
-        "--multirun",
-        "--config-dir",
-        str(REPO / "sweeps"),
-        "--config-name",
-        "smoke",
-        f"data.path={data}",
-        f"hydra.sweep.dir={sweep_dir}",
-        *args,
-    ]
 
 
 def slurm(*args: str, timeout: float = 20) -> str:
@@ -113,6 +96,7 @@ def job_logs(sweep_dir: Path, array: str) -> str:
 def test_smoke_sweep_on_slurm_resumes_after_scancel(tmp_path, partition, train_tsv):
     sweep_dir = tmp_path / "sweep"
     command = sweep_command(
+        "smoke",
         sweep_dir,
         train_tsv,
         "logger=none",
@@ -123,6 +107,7 @@ def test_smoke_sweep_on_slurm_resumes_after_scancel(tmp_path, partition, train_t
         "hydra.launcher.mem_gb=2",
         "hydra.launcher.timeout_min=20",
         "hydra.launcher.array_parallelism=2",
+        limit=None,
     )
     env = sweep_env(tmp_path)
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 import pytest
@@ -56,7 +57,8 @@ def sweep_jobs(name: str, overrides: list[str] = ()) -> list[list[str]]:
     return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
 
-def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str) -> list[str]:
+def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str, limit: Optional[str] = "null") -> list[str]:
+    """`python -m klue_tc --multirun` with sweeps/<name>.yaml on `data`; `limit` None keeps the file's."""
     return [
         sys.executable,
         "-m",
@@ -67,7 +69,7 @@ def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str) -> list[st
         "--config-name",
         name,
         f"data.path={data}",
-        "data.limit=null",
+        *([f"data.limit={limit}"] if limit is not None else []),
         f"hydra.sweep.dir={sweep_dir}",
         *args,
     ]
