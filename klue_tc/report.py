@@ -197,6 +197,22 @@ def run_config(directory: Path) -> Optional[dict]:
     return configs[0]
 
 
+def recipe_line(directory: Path, folds: pd.DataFrame) -> Optional[str]:
+    """The scale the records were made at (from their config.yaml), in one line."""
+    config = run_config(directory)
+    if config is None:
+        return None
+    data, cv, trainer = config["data"], config["cv"], config.get("trainer", {})
+    titles = f"{data['limit']:,} stratified titles" if data.get("limit") else "every title"
+    return (
+        f"Recipe: {titles} of {Path(str(data.get('path') or 'the KLUE YNAT train split')).name}, "
+        f"{cv['folds']} folds (seed {cv['seed']}), up to {trainer.get('max_epochs')} epochs with early stopping "
+        f"after {trainer.get('early_stopping_patience')} without gain, precision "
+        f"{', '.join(sorted(set(folds['precision'].astype(str))))}; validation titles: "
+        f"{Path(str(data['validation_path'])).name if data.get('validation_path') else 'none'}."
+    )
+
+
 def baseline_scores(directory: Path) -> Optional[dict]:
     """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
     from klue_tc.baseline import score_on_folds
@@ -275,6 +291,9 @@ def to_markdown(
         f"records made by code {', '.join(codes)}.",
         "",
     ]
+    recipe = recipe_line(directory, folds)
+    if recipe:
+        lines += [recipe, ""]
     if len(codes) > 1:
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     lines += ["## Verdicts", "", "Judged from the records (claims.md has the evidence):", ""]
@@ -318,7 +337,9 @@ def to_markdown(
         "## Cost and convergence",
         "",
         f"{len(improving)} of {len(summary)} configurations were still improving at their last epoch in at "
-        f"least one fold ({int(folds['still_improving'].sum())} of {len(folds)} folds).",
+        f"least one fold ({int(folds['still_improving'].sum())} of {len(folds)} folds). Training time in all: "
+        f"{folds['seconds'].sum() / 3600:.1f} hours of job time (each fold from data preparation to its last "
+        f"checkpoint; jobs run side by side share the wall clock).",
         "",
         *markdown_table(
             summary.assign(row=summary[["tokenizer", "encoder", "ln"]].agg(" / ".join, axis=1))
