@@ -159,7 +159,7 @@ def footnotes(report: dict) -> list[str]:
         "the packed final states; attention and BLSTMs skip pads); seed_reference = Adam lr 1e-4 constant, fixed "
         "sinusoidal positions, BLSTM decoder reads position -1.",
         f"Precision: klue_tc {ours.get('precision', '?')} (trainer.precision's default: bf16 autocast on a GPU "
-        "and where the CPU has native bf16 matrix products (AMX tiles or AVX-512 BF16), else fp32; "
+        "and on CPUs where it measured faster (Intel AMX, AMD's AVX-512 BF16), else fp32; "
         "`--override trainer.precision=32-true` for fp32); seed_reference fp32.",
         *(
             [f"klue_tc runs (both columns) with the overrides {' '.join(s['overrides'])}."]
