@@ -30,6 +30,15 @@ def test_two_gpus_three_jobs_each_is_six_workers_three_per_gpu():
     assert describe(slots) == "6 workers (3 on GPU 0, 3 on GPU 1), 4 threads each"
 
 
+def test_sweep_progress_counts_jobs_and_projects_the_pace():
+    from hydra_plugins.klue_tc_launcher.parallel_launcher import SweepProgress
+
+    now = iter([0.0, 600.0, 1200.0])
+    progress = SweepProgress(4, clock=lambda: next(now))
+    assert progress.line(7) == "sweep: job #7 ended, 1/4 done | elapsed 0:10:00, ETA 0:30:00 at the pace so far"
+    assert progress.line(3).endswith("2/4 done | elapsed 0:20:00, ETA 0:20:00 at the pace so far")
+
+
 def test_no_gpu_is_n_jobs_cpu_workers():
     assert worker_slots([], jobs_per_gpu=4, cpu_count=8, n_jobs=2) == [Slot(None, 4)] * 2
     assert worker_slots([], jobs_per_gpu=1, cpu_count=8, n_jobs=-1) == [Slot(None, 1)] * 8  # one per core
@@ -115,6 +124,7 @@ def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headli
     )
 
     assert "Launching 2 jobs on 2 workers (1 on GPU 0, 1 on GPU 1)" in done.stdout + done.stderr
+    assert "2/2 done | elapsed" in done.stdout + done.stderr  # the sweep's own progress line
     assert len(records(sweep_dir)) == 2 and (sweep_dir / "report.md").is_file()
     seen = [OmegaConf.load(p).hydra.job.env_set for p in sorted(sweep_dir.rglob(".hydra/hydra.yaml"))]
     assert sorted(env.CUDA_VISIBLE_DEVICES for env in seen) == ["0", "1"]

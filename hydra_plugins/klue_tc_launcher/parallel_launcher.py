@@ -12,7 +12,9 @@ import logging
 import multiprocessing
 import os
 import pickle
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -67,8 +69,32 @@ class ParallelLauncher(Launcher):
         with ProcessPoolExecutor(
             len(slots), mp_context=context, initializer=pin_worker, initargs=(free_slots,)
         ) as pool:
-            futures = [
-                pool.submit(execute_job, initial_job_idx + idx, list(overrides), payload)
+            futures = {
+                pool.submit(execute_job, initial_job_idx + idx, list(overrides), payload): initial_job_idx + idx
                 for idx, overrides in enumerate(job_overrides)
-            ]
+            }
+            progress = SweepProgress(len(futures))
+            for future in as_completed(futures):
+                log.info(progress.line(futures[future]))
             return [pickle.loads(future.result()) for future in futures]
+
+
+class SweepProgress:
+    """The whole sweep's progress, a line as each job ends: a sweep of many hours says where it is."""
+
+    def __init__(self, jobs: int, clock=time.monotonic):
+        self.jobs, self.done, self.clock = jobs, 0, clock
+        self.started = clock()
+
+    def line(self, job_number: int) -> str:
+        self.done += 1
+        elapsed = self.clock() - self.started
+        left = elapsed / self.done * (self.jobs - self.done)
+        return (
+            f"sweep: job #{job_number} ended, {self.done}/{self.jobs} done | elapsed {_hms(elapsed)}, "
+            f"ETA {_hms(left)} at the pace so far"
+        )
+
+
+def _hms(seconds: float) -> str:
+    return str(timedelta(seconds=round(seconds)))
