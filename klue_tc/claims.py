@@ -134,7 +134,9 @@ def _sharp_fall_verdict(effect: Effect) -> str:
 def trans_blstm_falls_from_5_layers(folds: pd.DataFrame, metric: str) -> list[Claim]:
     present = [v for v in BLSTM if v in _levels(folds, "encoder")]
     claims = []
-    for id, encoders in [("iii", present), *[(f"iii.{v}", [v]) for v in present]]:
+    # One variant per sub-claim only where there are two: with one, it would repeat the claim.
+    per_variant = [(f"iii.{v}", [v]) for v in present] if len(present) > 1 else []
+    for id, encoders in [("iii", present), *per_variant]:
         fall = _depth_fall(folds, metric, encoders)
         statement = (
             f"(iii) TRANS-BLSTM's F1 falls sharply (by {SHARP_DROP:.2f} or more) from 5 layers on "
