@@ -87,15 +87,15 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
 
 def stored_rows(directory: Path) -> list[dict]:
     """Rows from the results-store records below `directory` (those that name their configuration)."""
-    rows = []
-    for path in sorted(directory.rglob("fold*.json")):
-        try:
-            record = FoldResult.load(path)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # another file that happens to be named fold<k>.json
-        if record.describe is not None and record.config_hash:
-            rows.append(fold_row({**asdict(record.describe), "config_hash": record.config_hash}, record))
-    return rows
+    from klue_tc.results import ResultsStore
+
+    roots = sorted({path.parent.parent for path in directory.rglob("fold*.json")})
+    return [
+        fold_row({**asdict(record.describe), "config_hash": record.config_hash}, record)
+        for root in roots
+        for record in ResultsStore(root).records()
+        if record.describe is not None and record.config_hash
+    ]
 
 
 def fold_row(describe: dict, record: FoldResult) -> dict:
