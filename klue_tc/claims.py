@@ -16,7 +16,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from klue_tc.effects import REFERENCES, Effect, bootstrap_cells, bootstrap_method, matching_keys, paired_difference
+from klue_tc.effects import (
+    CONFIDENCE,
+    REFERENCES,
+    Effect,
+    bootstrap_cells,
+    bootstrap_method,
+    matching_keys,
+    paired_difference,
+)
 
 REPRODUCED, REFUTED, INCONCLUSIVE, YES, NO = "reproduced", "refuted", "inconclusive", "yes", "no"
 SHARP_DROP = 0.02  # two points of macro-F1: well above fold noise, the least a fall called "sharp" can mean
@@ -63,8 +71,10 @@ def _levels(folds: pd.DataFrame, factor: str) -> list:
     return sorted(folds[factor].dropna().unique()) if factor in folds else []
 
 
-def _effect(folds: pd.DataFrame, metric: str, factor: str, level, reference) -> Effect:
-    return paired_difference(folds, metric, factor, level, reference, matching_keys(folds, factor))
+def _effect(folds: pd.DataFrame, metric: str, factor: str, level, reference, confidence=CONFIDENCE) -> Effect:
+    return paired_difference(
+        folds, metric, factor, level, reference, matching_keys(folds, factor), confidence=confidence
+    )
 
 
 def _ordering(effects: Sequence[Effect], above: bool, words=(REPRODUCED, REFUTED)) -> tuple[str, Effect | None]:
@@ -187,10 +197,13 @@ def _slope_gain(folds: pd.DataFrame, metric: str) -> Effect:
 def more_layers_help(folds: pd.DataFrame, metric: str) -> list[Claim]:
     layers = _levels(folds, "layers")
     reference = REFERENCES["layers"] if REFERENCES["layers"] in layers else (layers[0] if layers else None)
-    effects = [_effect(folds, metric, "layers", n, reference) for n in layers if n != reference]
+    counts = [n for n in layers if n != reference]
+    # Bonferroni: "does any count help" asks one question of the family of len(counts) intervals.
+    family = 1 - (1 - CONFIDENCE) / max(len(counts), 1)
+    effects = [_effect(folds, metric, "layers", n, reference, family) for n in counts]
     slope = _slope_gain(folds, metric)
-    # The answer is the one test over all layer counts (the paired slope); the per-count
-    # comparisons beside it are four tests, one of which says "yes" on noise too often.
+    # The answer is the one test over all layer counts (the paired slope); beside it, the
+    # per-count comparisons with family-wise intervals.
     claims = [
         _claim(
             "vi",
@@ -203,7 +216,13 @@ def more_layers_help(folds: pd.DataFrame, metric: str) -> list[Claim]:
     verdicts = [_helps(e) if e.cells else INCONCLUSIVE for e in effects]
     per_count = YES if YES in verdicts else NO if verdicts and set(verdicts) == {NO} else INCONCLUSIVE
     claims.append(
-        _claim("vi.counts", f"(vi) Each layer count against {reference}: does any help?", per_count, effects, deciding)
+        _claim(
+            "vi.counts",
+            f"(vi) Each layer count against {reference}: does any help (Bonferroni intervals over the {len(counts)})?",
+            per_count,
+            effects,
+            deciding,
+        )
     )
     return claims
 

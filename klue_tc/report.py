@@ -116,7 +116,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
 
 
 def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: fold macro-F1 mean ± sample std (0 for one fold), and the rest."""
+    """One row per configuration: fold macro-F1 mean ± sample std (none for one fold), and the rest."""
     from klue_tc.effects import within_noise_of_best
 
     summary = (
@@ -136,7 +136,6 @@ def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    summary[["f1_std", "validation_f1_std"]] = summary[["f1_std", "validation_f1_std"]].fillna(0.0)
     noise = within_noise_of_best(folds, "f1")["within_noise"]
     # yes / no, or unknown with fewer than two folds in common with the best
     summary["within_noise_of_best"] = summary["config_hash"].map(
@@ -159,9 +158,10 @@ def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
     return ranked[CSV_COLUMNS].reset_index(drop=True)
 
 
-def missing_cells(summary: pd.DataFrame) -> list[str]:
+def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> list[str]:
     """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
-    tokenizer seen) with no record, and configurations with fewer folds than the others."""
+    tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
+    without it, the most folds any configuration has)."""
     rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
     missing = [
@@ -171,7 +171,7 @@ def missing_cells(summary: pd.DataFrame) -> list[str]:
         for n in sorted(summary.layers.unique())
         if (t, e, ln, n) not in present
     ]
-    most = summary["folds"].max()
+    most = max(planned_folds or 0, summary["folds"].max())
     missing += [
         f"{r.tokenizer} / {r.encoder} / {r.ln} / {r.layers} layers: {r.folds} of {most} folds"
         for r in summary[summary["folds"] < most].itertuples()
@@ -197,11 +197,8 @@ def run_config(directory: Path) -> Optional[dict]:
     return configs[0]
 
 
-def recipe_line(directory: Path, folds: pd.DataFrame) -> Optional[str]:
+def recipe_line(config: dict, folds: pd.DataFrame) -> str:
     """The scale the records were made at (from their config.yaml), in one line."""
-    config = run_config(directory)
-    if config is None:
-        return None
     data, cv, trainer = config["data"], config["cv"], config.get("trainer", {})
     titles = f"{data['limit']:,} stratified titles" if data.get("limit") else "every title"
     return (
@@ -213,13 +210,10 @@ def recipe_line(directory: Path, folds: pd.DataFrame) -> Optional[str]:
     )
 
 
-def baseline_scores(directory: Path) -> Optional[dict]:
+def baseline_scores(config: dict, directory: Path) -> Optional[dict]:
     """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
     from klue_tc.baseline import score_on_folds
 
-    config = run_config(directory)
-    if config is None:
-        return None
     try:
         rows = pd.DataFrame(score_on_folds(config, directory / "baseline.json"))
     except KlueTcError as err:
@@ -240,7 +234,8 @@ def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFra
     def cell(row) -> str:
         if pd.isna(row[mean]):
             return "–"
-        text = f"{row[mean]:.4f} ± {row[std]:.4f} (n={row['folds']})"
+        spread = f" ± {row[std]:.4f}" if pd.notna(row[std]) else ""  # a sample std needs two folds
+        text = f"{row[mean]:.4f}{spread} (n={row['folds']})"
         if row[mean] == best:
             return f"**{text}**"
         return f"{text} *" if metric == "f1" and row["within_noise_of_best"] == "yes" else text
@@ -282,6 +277,8 @@ def to_markdown(
     effects: pd.DataFrame,
     verdicts: Mapping[str, list],
     baseline: Optional[dict],
+    config: Optional[dict],
+    missing: list[str],
 ) -> str:
     codes = sorted(set(folds["code"]))
     lines = [
@@ -291,9 +288,8 @@ def to_markdown(
         f"records made by code {', '.join(codes)}.",
         "",
     ]
-    recipe = recipe_line(directory, folds)
-    if recipe:
-        lines += [recipe, ""]
+    if config is not None:
+        lines += [recipe_line(config, folds), ""]
     if len(codes) > 1:
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     lines += ["## Verdicts", "", "Judged from the records (claims.md has the evidence):", ""]
@@ -352,7 +348,6 @@ def to_markdown(
         "Titles per second (training steps) are in report.csv.",
         "",
     ]
-    missing = missing_cells(summary)
     if missing:
         lines += ["## Missing", "", *[f"- {m}" for m in missing], ""]
     lines += [
@@ -378,14 +373,16 @@ def write_report(
     directory = Path(directory)
     folds = fold_frame(directory)
     summary = summarise_configs(folds)
-    reference = baseline_scores(directory) if baseline else None
+    config = run_config(directory)
+    reference = baseline_scores(config, directory) if baseline and config is not None else None
+    missing = missing_cells(summary, config["cv"]["folds"] if config is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     effects = pd.concat([marginal_effects(folds, m) for m in metrics], ignore_index=True)
     verdicts = {m: judge_claims(folds, m) for m in metrics}
     effects.to_csv(directory / "effects.csv", index=False)
     (directory / "claims.md").write_text(claims_markdown(verdicts), encoding="utf-8")
     (directory / "report.md").write_text(
-        to_markdown(directory, summary, folds, effects, verdicts, reference), encoding="utf-8"
+        to_markdown(directory, summary, folds, effects, verdicts, reference, config, missing), encoding="utf-8"
     )
     summary.to_csv(directory / "report.csv", index=False)
     plots = [
@@ -412,8 +409,8 @@ def write_report(
             f"{BASELINE} on the same folds: CV macro-F1 {reference['f1']:.4f}"
             + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
         )
-    if missing_cells(summary):
-        log.warning("%d cells missing or short of folds (report.md: Missing)", len(missing_cells(summary)))
+    if missing:
+        log.warning("%d cells missing or short of folds (report.md: Missing)", len(missing))
     if len(set(folds["code"])) > 1:
         log.warning("the table mixes records of %d code versions (report.md names them)", len(set(folds["code"])))
     if log_to_wandb:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 from test_effects import cnn_lower, synthetic_folds
 
 from klue_tc.claims import INCONCLUSIVE, NO, REFUTED, REPRODUCED, YES, claims_markdown, judge_claims
@@ -86,3 +87,19 @@ def test_claims_markdown_has_a_section_per_metric_and_the_scale_caveat():
     assert "at this scale" in text and "paired bootstrap over cells" in text
     assert text.count("- **") == 2 * len(claims)
     assert "- **reproduced**: (i) The CNN-augmented encoder is the lowest" in text
+
+
+def test_the_per_count_layer_intervals_are_family_wise():
+    """Four layer counts against 2 are one question ("does any help?"): each interval is at
+    1 - 0.05/4 and so wider than the plain 95 % interval of the same comparison."""
+    from klue_tc.effects import marginal_effects
+
+    folds = synthetic_folds(noise=0.02, seed=3)
+    counts = {c.id: c for c in judge_claims(folds)}["vi.counts"]
+    plain = marginal_effects(folds).query("factor == 'layers'").set_index("level")
+    assert len(counts.comparisons) == 4
+    for effect, layers in zip(counts.comparisons, (3, 4, 5, 6)):
+        assert effect.confidence == pytest.approx(0.9875)
+        assert "98.75 %" in effect.text()
+        assert effect.difference == pytest.approx(plain.loc[layers, "difference"])
+        assert effect.high - effect.low > plain.loc[layers, "high"] - plain.loc[layers, "low"]

@@ -35,8 +35,23 @@ def test_sweep_progress_counts_jobs_and_projects_the_pace():
 
     now = iter([0.0, 600.0, 1200.0])
     progress = SweepProgress(4, clock=lambda: next(now))
-    assert progress.line(7) == "sweep: job #7 ended, 1/4 done | elapsed 0:10:00, ETA 0:30:00 at the pace so far"
-    assert progress.line(3).endswith("2/4 done | elapsed 0:20:00, ETA 0:20:00 at the pace so far")
+    assert progress.line(7, 590.0) == "sweep: job #7 ended, 1/4 done | elapsed 0:10:00, ETA 0:30:00 at the pace so far"
+    assert progress.line(3, 600.0).endswith("2/4 done | elapsed 0:20:00, ETA 0:20:00 at the pace so far")
+
+
+def test_a_resumed_sweeps_eta_ignores_the_jobs_it_found_finished():
+    from hydra_plugins.klue_tc_launcher.parallel_launcher import SweepProgress
+
+    now = iter([0.0, 1.0, 2.0, 602.0])
+    progress = SweepProgress(5, clock=lambda: next(now))
+    assert progress.line(0, 0.8).endswith(
+        "1/5 done (1 in under 5 s: found finished) | elapsed 0:00:01, ETA after the first job that trains"
+    )
+    progress.line(1, 0.9)
+    # 600 s of training in 602 s since the start: 2 jobs left take about 2 x 602 s, not 2 x 201 s.
+    assert progress.line(2, 600.0).endswith(
+        "3/5 done (2 in under 5 s: found finished) | elapsed 0:10:02, ETA 0:20:04 at the pace so far"
+    )
 
 
 def test_no_gpu_is_n_jobs_cpu_workers():

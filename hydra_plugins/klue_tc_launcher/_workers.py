@@ -12,6 +12,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -117,12 +118,13 @@ def pin_worker(free_slots: Any) -> None:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-def execute_job(idx: int, overrides: list[str], payload: bytes) -> bytes:
-    """One job in a worker, set up as hydra-joblib-launcher sets it up; its pickled JobReturn.
-    The worker's pinning goes into the job's hydra.job.env_set, so its .hydra/hydra.yaml says
-    which GPU and threads it had."""
+def execute_job(idx: int, overrides: list[str], payload: bytes) -> tuple[bytes, float]:
+    """One job in a worker, set up as hydra-joblib-launcher sets it up; its pickled JobReturn and
+    its own wall seconds. The worker's pinning goes into the job's hydra.job.env_set, so its
+    .hydra/hydra.yaml says which GPU and threads it had."""
     import cloudpickle
 
+    started = time.monotonic()
     hydra_context, config, task_function, singleton_state = pickle.loads(payload)
     setup_globals()
     Singleton.set_state(singleton_state)
@@ -143,4 +145,4 @@ def execute_job(idx: int, overrides: list[str], payload: bytes) -> bytes:
     )
     # Not plain pickle: Hydra's plugin scan in the worker re-runs the plugin modules, so the config
     # classes the JobReturn's hydra_cfg holds are no longer the ones their modules name.
-    return cloudpickle.dumps(ret)
+    return cloudpickle.dumps(ret), time.monotonic() - started

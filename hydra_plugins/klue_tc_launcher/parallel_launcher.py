@@ -75,25 +75,34 @@ class ParallelLauncher(Launcher):
             }
             progress = SweepProgress(len(futures))
             for future in as_completed(futures):
-                log.info(progress.line(futures[future]))
-            return [pickle.loads(future.result()) for future in futures]
+                log.info(progress.line(futures[future], future.result()[1]))
+            return [pickle.loads(future.result()[0]) for future in futures]
 
 
 class SweepProgress:
-    """The whole sweep's progress, a line as each job ends: a sweep of many hours says where it is."""
+    """The whole sweep's progress, a line as each job ends: a sweep of many hours says where it is.
+
+    A resumed sweep first runs through the jobs its results store already holds, a second or so
+    each; the pace counts only jobs that took longer, so those do not make the ETA minutes.
+    """
+
+    found_finished_s = 5.0  # a job that trains anything takes longer (data, tokenizer, a fold)
 
     def __init__(self, jobs: int, clock=time.monotonic):
-        self.jobs, self.done, self.clock = jobs, 0, clock
+        self.jobs, self.done, self.quick, self.clock = jobs, 0, 0, clock
         self.started = clock()
 
-    def line(self, job_number: int) -> str:
+    def line(self, job_number: int, job_seconds: float) -> str:
         self.done += 1
+        self.quick += job_seconds < self.found_finished_s
         elapsed = self.clock() - self.started
-        left = elapsed / self.done * (self.jobs - self.done)
-        return (
-            f"sweep: job #{job_number} ended, {self.done}/{self.jobs} done | elapsed {_hms(elapsed)}, "
-            f"ETA {_hms(left)} at the pace so far"
-        )
+        worked = self.done - self.quick
+        quick = f" ({self.quick} in under {self.found_finished_s:.0f} s: found finished)" if self.quick else ""
+        if worked == 0 and self.done < self.jobs:
+            eta = "ETA after the first job that trains"
+        else:
+            eta = f"ETA {_hms(elapsed / (worked or self.done) * (self.jobs - self.done))} at the pace so far"
+        return f"sweep: job #{job_number} ended, {self.done}/{self.jobs} done{quick} | elapsed {_hms(elapsed)}, {eta}"
 
 
 def _hms(seconds: float) -> str:
