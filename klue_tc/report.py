@@ -41,6 +41,7 @@ CSV_COLUMNS = [
     "still_improving",
     "seconds_per_fold",
     "train_samples_per_s",
+    "device",
     "config_hash",
     "code",
 ]
@@ -112,6 +113,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "seconds": record.train_seconds,
         "code": record.code.label() if record.code else "unknown",
         "precision": record.precision,
+        "device": record.device or "unknown",
     }
 
 
@@ -132,6 +134,7 @@ def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
             still_improving=("still_improving", "sum"),
             seconds_per_fold=("seconds", "mean"),
             train_samples_per_s=("train_samples_per_s", "mean"),
+            device=("device", lambda d: " + ".join(sorted(set(d)))),
             code=("code", lambda c: " + ".join(sorted(set(c)))),
         )
         .reset_index()
@@ -337,6 +340,7 @@ def to_markdown(
         f"{folds['seconds'].sum() / 3600:.1f} hours of job time (each fold from data preparation to its last "
         f"checkpoint; jobs run side by side share the wall clock).",
         "",
+        *device_lines(folds),
         *markdown_table(
             summary.assign(row=summary[["tokenizer", "encoder", "ln"]].agg(" / ".join, axis=1))
             .pivot_table(index="row", columns="layers", values="seconds_per_fold", sort=False)
@@ -356,6 +360,19 @@ def to_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def device_lines(folds: pd.DataFrame) -> list[str]:
+    """Where the records were trained; seconds compare only within one machine."""
+    devices = folds["device"].value_counts().sort_index().sort_values(ascending=False, kind="stable")
+    if len(devices) < 2:
+        return [f"Trained on {devices.index[0]}.", ""] if len(devices) else []
+    counts = ", ".join(f"{name}: {n} folds" for name, n in devices.items())
+    return [
+        f"Trained on {len(devices)} machines ({counts}; report.csv names each configuration's): seconds "
+        "compare only between folds of one machine.",
+        "",
+    ]
 
 
 def write_report(

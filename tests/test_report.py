@@ -283,3 +283,15 @@ def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path,
     from_records = write_report(tmp_path / "study", baseline=False)
     pd.testing.assert_frame_equal(from_runs, from_records)
     assert (tmp_path / "study" / "report.md").is_file() and (tmp_path / "study" / "claims.md").is_file()
+
+
+def test_records_from_two_machines_are_named_beside_the_seconds(tmp_path: Path):
+    """A study that spans sittings may run on different CPUs: seconds per fold compare only within one."""
+    for i, config in enumerate(CONFIGS[:2]):
+        for k in range(2):
+            device = "Intel Xeon" if k == 0 else "AMD EPYC"
+            write_metrics(tmp_path / f"{i}-{k}", metrics(*config, [(k, fold_f1(i, k))], device=device))
+    summary = write_report(tmp_path, baseline=False)
+    assert set(summary["device"]) == {"AMD EPYC + Intel Xeon"}
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Trained on 2 machines (AMD EPYC: 2 folds, Intel Xeon: 2 folds;" in markdown
