@@ -161,25 +161,33 @@ def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
     return ranked[CSV_COLUMNS].reset_index(drop=True)
 
 
-def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> list[str]:
+def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> tuple[list[str], int]:
     """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
     tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
-    without it, the most folds any configuration has)."""
+    without it, the most folds any configuration has): one line per table row and fold count, and
+    how many configurations that is."""
     rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
-    missing = [
-        f"{t} / {e} / {ln} / {n} layers: no record"
+    absent = [
+        (t, e, ln, n, "no record")
         for t in summary.tokenizer.unique()
         for e, ln in rows
         for n in sorted(summary.layers.unique())
         if (t, e, ln, n) not in present
     ]
     most = max(planned_folds or 0, summary["folds"].max())
-    missing += [
-        f"{r.tokenizer} / {r.encoder} / {r.ln} / {r.layers} layers: {r.folds} of {most} folds"
+    short = [
+        (r.tokenizer, r.encoder, r.ln, r.layers, f"{r.folds} of {most} folds")
         for r in summary[summary["folds"] < most].itertuples()
     ]
-    return missing
+    grouped: dict[tuple, list] = {}
+    for t, e, ln, n, what in absent + short:
+        grouped.setdefault((t, e, ln, what), []).append(n)
+    lines = [
+        f"{t} / {e} / {ln} / {', '.join(map(str, layers))} layers: {what}"
+        for (t, e, ln, what), layers in grouped.items()
+    ]
+    return lines, len(absent) + len(short)
 
 
 def run_config(directory: Path) -> Optional[dict]:
@@ -392,7 +400,7 @@ def write_report(
     summary = summarise_configs(folds)
     config = run_config(directory)
     reference = baseline_scores(config, directory) if baseline and config is not None else None
-    missing = missing_cells(summary, config["cv"]["folds"] if config is not None else None)
+    missing, missing_count = missing_cells(summary, config["cv"]["folds"] if config is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     effects = pd.concat([marginal_effects(folds, m) for m in metrics], ignore_index=True)
     verdicts = {m: judge_claims(folds, m) for m in metrics}
@@ -427,7 +435,7 @@ def write_report(
             + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
         )
     if missing:
-        log.warning("%d cells missing or short of folds (report.md: Missing)", len(missing))
+        log.warning("%d cells missing or short of folds (report.md: Missing)", missing_count)
     if len(set(folds["code"])) > 1:
         log.warning("the table mixes records of %d code versions (report.md names them)", len(set(folds["code"])))
     if log_to_wandb:
