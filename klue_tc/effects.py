@@ -43,6 +43,8 @@ class Effect:
     def text(self) -> str:
         if not self.cells:
             return f"{self.label}: no matched pairs"
+        if math.isnan(self.low):
+            return f"{self.label}: {self.difference:.4f} (one cell, no interval)"
         return (
             f"{self.label}: {self.difference:.4f} ({self.confidence * 100:.4g} % {self.low:.4f}..{self.high:.4f}, "
             f"{self.cells} cells)"

@@ -270,6 +270,8 @@ def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
 
 def effects_table(effects: pd.DataFrame) -> list[str]:
     def interval(row) -> str:
+        if pd.isna(row.low):  # one matched cell: a difference, but no spread to make an interval from
+            return f"{row.difference:+.4f} (one cell, no interval)"
         return f"{row.difference:+.4f} ({row.low:+.4f}..{row.high:+.4f})"
 
     frame = effects.assign(

@@ -103,3 +103,15 @@ def test_the_per_count_layer_intervals_are_family_wise():
         assert "98.75 %" in effect.text()
         assert effect.difference == pytest.approx(plain.loc[layers, "difference"])
         assert effect.high - effect.low > plain.loc[layers, "high"] - plain.loc[layers, "low"]
+
+
+def test_an_encoder_with_one_cell_so_far_is_a_difference_without_an_interval():
+    """The sweep's first CNN job: one matched cell gives a difference but no spread, so no verdict."""
+    folds = synthetic_folds(cnn_lower)
+    first_cnn = folds[folds.encoder == "cnn"].config_hash.iloc[0]
+    folds = folds[(folds.encoder != "cnn") | (folds.config_hash == first_cnn)]
+    folds = folds[folds.fold == 0]
+    cnn = {c.id: c for c in judge_claims(folds)}["i"]
+    assert cnn.verdict == INCONCLUSIVE
+    assert "cnn − transformer: -0.0" in cnn.evidence and "(one cell, no interval)" in cnn.evidence
+    assert "nan" not in cnn.evidence
