@@ -117,6 +117,11 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
     }
 
 
+def _distinct(values: pd.Series) -> str:
+    """A configuration's folds may come from several code versions or machines: each named once."""
+    return " + ".join(sorted(set(values)))
+
+
 def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: fold macro-F1 mean ± sample std (none for one fold), and the rest."""
     from klue_tc.effects import within_noise_of_best
@@ -134,8 +139,8 @@ def summarise_configs(folds: pd.DataFrame) -> pd.DataFrame:
             still_improving=("still_improving", "sum"),
             seconds_per_fold=("seconds", "mean"),
             train_samples_per_s=("train_samples_per_s", "mean"),
-            device=("device", lambda d: " + ".join(sorted(set(d)))),
-            code=("code", lambda c: " + ".join(sorted(set(c)))),
+            device=("device", _distinct),
+            code=("code", _distinct),
         )
         .reset_index()
     )
