@@ -42,16 +42,47 @@ def test_sweep_progress_counts_jobs_and_projects_the_pace():
 def test_a_resumed_sweeps_eta_ignores_the_jobs_it_found_finished():
     from hydra_plugins.klue_tc_launcher.parallel_launcher import SweepProgress
 
-    now = iter([0.0, 1.0, 2.0, 602.0])
+    now = iter([0.0, 1.0, 9.0, 609.0])
     progress = SweepProgress(5, clock=lambda: next(now))
-    assert progress.line(0, 0.8).endswith(
-        "1/5 done (1 in under 5 s: found finished) | elapsed 0:00:01, ETA after the first job that trains"
+    assert progress.line(0, 0.8, found_finished=True).endswith(
+        "1/5 done (1 found finished) | elapsed 0:00:01, ETA after the first job that trains"
     )
-    progress.line(1, 0.9)
-    # 600 s of training in 602 s since the start: 2 jobs left take about 2 x 602 s, not 2 x 201 s.
-    assert progress.line(2, 600.0).endswith(
-        "3/5 done (2 in under 5 s: found finished) | elapsed 0:10:02, ETA 0:20:04 at the pace so far"
+    # A worker's first job imports torch and reads the data: slow, but it trained nothing.
+    progress.line(1, 8.0, found_finished=True)
+    # 600 s of training in 609 s since the start: 2 jobs left take about 2 x 609 s, not 2 x 203 s.
+    assert progress.line(2, 600.0, found_finished=False).endswith(
+        "3/5 done (2 found finished) | elapsed 0:10:09, ETA 0:20:18 at the pace so far"
     )
+
+
+def test_a_job_without_metrics_counts_as_found_finished_only_when_quick():
+    from hydra_plugins.klue_tc_launcher.parallel_launcher import SweepProgress
+
+    progress = SweepProgress(3, clock=iter([0.0, 1.0, 61.0]).__next__)
+    assert "(1 found finished)" in progress.line(0, 0.9)
+    assert "(1 found finished)" in progress.line(1, 60.0)
+
+
+def test_found_finished_reads_which_folds_the_job_reused(tmp_path):
+    import json
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hydra_plugins.klue_tc_launcher.parallel_launcher import found_finished
+
+    def job(output_dir, status=JobStatus.COMPLETED):
+        hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(output_dir)}}})
+        return JobReturn(hydra_cfg=hydra_cfg, working_dir=str(REPO), status=status)
+
+    def wrote(reused):
+        metrics = {"folds": [{"fold": 0}, {"fold": 1}], "reused_folds": reused}
+        (tmp_path / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+        return tmp_path
+
+    assert found_finished(job(wrote([0, 1]))) is True
+    assert found_finished(job(wrote([1]))) is False  # fold 0 trained
+    assert found_finished(job(wrote([0, 1]), JobStatus.FAILED)) is None  # its metrics.json is an older run's
+    assert found_finished(job(tmp_path / "elsewhere")) is None
 
 
 def test_no_gpu_is_n_jobs_cpu_workers():

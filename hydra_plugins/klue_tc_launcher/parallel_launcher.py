@@ -8,6 +8,7 @@ sweepers, the callbacks and the job folders are the same as with any other launc
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
@@ -74,16 +75,34 @@ class ParallelLauncher(Launcher):
                 for idx, overrides in enumerate(job_overrides)
             }
             progress = SweepProgress(len(futures))
+            returns: dict[int, JobReturn] = {}
             for future in as_completed(futures):
-                log.info(progress.line(futures[future], future.result()[1]))
-            return [pickle.loads(future.result()[0]) for future in futures]
+                pickled, seconds = future.result()
+                returns[futures[future]] = ret = pickle.loads(pickled)
+                log.info(progress.line(futures[future], seconds, found_finished(ret)))
+            return [returns[idx] for idx in sorted(returns)]
+
+
+def found_finished(ret: JobReturn) -> Optional[bool]:
+    """Whether the job trained nothing: every fold its metrics.json lists is one it reused from the
+    results store. None when it wrote no metrics.json this time (it failed, or is not a klue_tc run)."""
+    if ret.status != JobStatus.COMPLETED or ret.hydra_cfg is None:
+        return None
+    try:  # the job's folder, not ret.working_dir: without hydra.job.chdir that is the launch folder
+        output_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)
+        metrics = json.loads((output_dir / "metrics.json").read_text(encoding="utf-8"))
+        return set(metrics["reused_folds"]) >= {fold["fold"] for fold in metrics["folds"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class SweepProgress:
     """The whole sweep's progress, a line as each job ends: a sweep of many hours says where it is.
 
-    A resumed sweep first runs through the jobs its results store already holds, a second or so
-    each; the pace counts only jobs that took longer, so those do not make the ETA minutes.
+    A resumed sweep first runs through the jobs its results store already holds, seconds each; the
+    pace counts only the jobs that trained, so those do not make an ETA of hours one of minutes. A
+    job says so in its metrics.json; one that wrote none counts as found finished when it took under
+    `found_finished_s`.
     """
 
     found_finished_s = 5.0  # a job that trains anything takes longer (data, tokenizer, a fold)
@@ -92,12 +111,12 @@ class SweepProgress:
         self.jobs, self.done, self.quick, self.clock = jobs, 0, 0, clock
         self.started = clock()
 
-    def line(self, job_number: int, job_seconds: float) -> str:
+    def line(self, job_number: int, job_seconds: float, found_finished: Optional[bool] = None) -> str:
         self.done += 1
-        self.quick += job_seconds < self.found_finished_s
+        self.quick += job_seconds < self.found_finished_s if found_finished is None else found_finished
         elapsed = self.clock() - self.started
         worked = self.done - self.quick
-        quick = f" ({self.quick} in under {self.found_finished_s:.0f} s: found finished)" if self.quick else ""
+        quick = f" ({self.quick} found finished)" if self.quick else ""
         if worked == 0 and self.done < self.jobs:
             eta = "ETA after the first job that trains"
         else:
