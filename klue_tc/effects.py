@@ -21,6 +21,8 @@ from scipy import stats
 FACTORS = ("encoder", "ln", "layers", "tokenizer")
 REFERENCES = {"encoder": "transformer", "ln": "post", "layers": 2, "tokenizer": "sentencepiece"}
 CONFIDENCE = 0.95
+# What a difference from a single matched cell says instead of an interval: there is no spread to use.
+NO_INTERVAL = "one cell, no interval"
 EFFECT_COLUMNS = ["metric", "factor", "level", "reference", "difference", "low", "high", "cells", "pairs", "method"]
 
 
@@ -44,7 +46,7 @@ class Effect:
         if not self.cells:
             return f"{self.label}: no matched pairs"
         if math.isnan(self.low):
-            return f"{self.label}: {self.difference:.4f} (one cell, no interval)"
+            return f"{self.label}: {self.difference:.4f} ({NO_INTERVAL})"
         return (
             f"{self.label}: {self.difference:.4f} ({self.confidence * 100:.4g} % {self.low:.4f}..{self.high:.4f}, "
             f"{self.cells} cells)"

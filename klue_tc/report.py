@@ -274,9 +274,11 @@ def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
 
 
 def effects_table(effects: pd.DataFrame) -> list[str]:
+    from klue_tc.effects import NO_INTERVAL
+
     def interval(row) -> str:
-        if pd.isna(row.low):  # one matched cell: a difference, but no spread to make an interval from
-            return f"{row.difference:+.4f} (one cell, no interval)"
+        if pd.isna(row.low):
+            return f"{row.difference:+.4f} ({NO_INTERVAL})"
         return f"{row.difference:+.4f} ({row.low:+.4f}..{row.high:+.4f})"
 
     frame = effects.assign(
