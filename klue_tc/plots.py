@@ -47,8 +47,10 @@ def plot_f1_by_layers(
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
     axes[0].set_ylabel(ylabel)
+    # One legend beside the panels: inside each panel it hid the lines, and every panel repeats the rows.
+    legend = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(legend.values(), legend.keys(), loc="outside right center", fontsize="small")
     fig.savefig(path, dpi=120)
     return Path(path)
 

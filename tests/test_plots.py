@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from test_effects import cnn_lower, synthetic_folds
 
 from klue_tc.effects import marginal_effects
-from klue_tc.plots import plot_effects, plot_grid_heatmap
+from klue_tc.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap, row_labels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -43,3 +44,18 @@ def test_effects_forest_plot_has_a_panel_per_metric(tmp_path):
     path = plot_effects(effects, tmp_path / "effects.png")
     assert path == tmp_path / "effects.png"
     assert_png(path)
+
+
+def test_layers_plot_has_one_legend_naming_every_row_once(tmp_path, monkeypatch):
+    folds = synthetic_folds(cnn_lower)
+    # A row absent from the first panel must still be named in the shared legend.
+    folds = folds[~((folds.tokenizer == folds.tokenizer.iloc[0]) & (folds.encoder == "cnn"))]
+    summary = summary_of(folds)
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
+    plot_f1_by_layers(summary, tmp_path / "layers.png", baseline=0.8)
+    (figure,) = saved
+    assert all(ax.get_legend() is None for ax in figure.axes)
+    (legend,) = figure.legends
+    names = [text.get_text() for text in legend.get_texts()]
+    assert sorted(names) == sorted({*row_labels(summary), "TF-IDF + linear SVM"})
