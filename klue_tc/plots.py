@@ -48,7 +48,7 @@ def plot_f1_by_layers(
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
-    # One legend beside the panels: inside each panel it hid the lines, and every panel repeats the rows.
+    # One legend beside the panels, so that it covers no line and names each row once.
     legend = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels())}
     fig.legend(legend.values(), legend.keys(), loc="outside right center", fontsize="small")
     fig.savefig(path, dpi=120)
