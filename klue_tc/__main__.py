@@ -10,9 +10,12 @@ from omegaconf import DictConfig
 
 from klue_tc import cli_errors
 from klue_tc.config import register_schemas
-from klue_tc.errors import exit_with
+from klue_tc.errors import KlueTcError, exit_with
 
-register_schemas()
+try:
+    register_schemas()  # imports every variant: one that breaks the contract is one line here
+except KlueTcError as err:
+    exit_with(err)
 cli_errors.install()
 
 

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SHARED_TRAIN = SHARED / "data" / "klue-ynat-v1.1" / "train.tsv"
 SHARED_KOBERT = SHARED / "models" / "kobert-base-v1" / "spiece.model"
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))  # `+experiment=` choices
 
 # Each topic has its own subjects and predicates, so the task is learnable; fillers are shared.
 TOPIC_WORDS = {
