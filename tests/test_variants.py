@@ -201,3 +201,17 @@ def test_the_readmes_encoder_trains_and_a_sweep_takes_every_experiment(tmp_path,
     finished = {json.loads(p.read_text())["experiment"] for p in sweep_dir.rglob("metrics.json")}
     assert finished == {*EXPERIMENTS, "gated"}
     assert "gated" in (sweep_dir / "report.md").read_text()
+
+
+def test_the_readmes_configuration_table_lists_the_registrys_built_ins():
+    from klue_tc.registry import VARIANT_GROUPS
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+
+    def listed(group: str) -> list[str]:
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| `{group}=` |")]
+        return [name for name in re.findall(r"`([^`]+)`", row.split("|")[2]) if "/" not in name]
+
+    for group, registry in VARIANT_GROUPS.items():
+        assert listed(group) == list(registry.built_ins), group
+    assert set(listed("+experiment")) <= set(EXPERIMENTS) and set(ENCODERS.built_ins) <= set(listed("+experiment"))
