@@ -152,6 +152,7 @@ def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_p
         (lambda cfg: [], "must return a non-empty list of sub-layers"),
         (lambda cfg: ["ffn"], "sub-layer str is not a torch.nn.Module"),
         (lambda cfg: [__import__("torch").nn.Linear(4, 4)], "sub-layer Linear lacks output_layers()"),
+        (lambda cfg: [cfg.ffn_dim], "building it at its config's defaults failed: AttributeError"),
     ],
 )
 def test_the_sublayer_contract_is_checked_at_registration(sublayers, missing):

@@ -61,8 +61,11 @@ def check_encoder_variant(variant: Variant) -> None:
     where = f"encoder {variant.name!r} ({variant.build.__module__})"
     if not (isinstance(variant.config, type) and issubclass(variant.config, EncoderConfig)):
         raise ConfigError(f"{where}: its config {variant.config!r} must be a dataclass extending EncoderConfig")
-    with torch.device("meta"):
-        sublayers = variant.build(variant.config(name=variant.name))
+    try:
+        with torch.device("meta"):
+            sublayers = variant.build(variant.config(name=variant.name))
+    except Exception as err:  # a variant's own bug, named in one line with what it raised
+        raise ConfigError(f"{where}: building it at its config's defaults failed: {err!r}") from None
     if not isinstance(sublayers, (list, tuple)) or not sublayers:
         raise ConfigError(f"{where}: must return a non-empty list of sub-layers, got {sublayers!r}")
     for sublayer in sublayers:
