@@ -51,7 +51,8 @@ class Registry:
     def register(self, name: str, config: type) -> Callable:
         def add(build):
             if name in self._variants and self._variants[name].build is not build:
-                raise ValueError(f"{self.group} {name!r} is registered twice")
+                modules = f"{self._variants[name].build.__module__} and {build.__module__}"
+                raise ConfigError(f"{self.group} {name!r} is registered twice, by {modules}")
             variant = Variant(name, config, build)
             if self.check:
                 module, _, function = self.check.partition(":")

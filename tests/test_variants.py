@@ -162,6 +162,13 @@ def test_the_sublayer_contract_is_checked_at_registration(sublayers, missing):
     assert "odd" not in registry._variants and "odd" not in ENCODERS
 
 
+def test_a_name_registered_twice_is_one_line_naming_both_modules():
+    registry = Registry("encoder", "klue_tc.models.encoders", ())
+    registry.register("twice", EncoderConfig)(lambda cfg: [])
+    with pytest.raises(ConfigError, match="encoder 'twice' is registered twice, by test_variants and test_variants"):
+        registry.register("twice", EncoderConfig)(lambda cfg: [])
+
+
 def test_sublayer_defaults_to_its_last_linear_as_output_layer():
     from torch import nn
 
