@@ -75,6 +75,7 @@ def sweep_grid(name: str = "paper", repo: Path = REPO_ROOT) -> dict:
     jobs = sweep_jobs(name, **dirs)
     composed: dict[tuple, object] = {}  # one composition per experiment and encoder choice
     grid: dict[str, dict[int, int]] = {}
+    experiments: dict[str, str] = {}  # each encoder's experiment (its head and sizes) in the sweep
     settings = set()
     for job in jobs:
         choices = tuple(o for o in job if o.split("=", 1)[0] in ("+experiment", "encoder"))
@@ -85,12 +86,14 @@ def sweep_grid(name: str = "paper", repo: Path = REPO_ROOT) -> dict:
         layers = int(values.get("encoder.layers", cfg.encoder.layers))
         grid.setdefault(cfg.encoder.name, {}).setdefault(layers, 0)
         grid[cfg.encoder.name][layers] += 1
+        experiments.setdefault(cfg.encoder.name, cfg.get("experiment"))
         settings.add(tuple(values.get(key, OmegaConf.select(cfg, key)) for key in SETTINGS))
     if len(settings) != 1:
         raise ValueError(f"sweeps/{name}.yaml: its jobs differ in {', '.join(SETTINGS)}; one projection needs one")
     epochs, folds, pad_multiple = (int(v) for v in settings.pop())
     return {
         "jobs": grid,
+        "experiments": experiments,
         "jobs_in_file": len(jobs),
         "epochs": epochs,
         "folds": folds,

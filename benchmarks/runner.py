@@ -48,9 +48,12 @@ class Bench:
         self, encoder: str, bucketing: bool, name: str, barrier: Optional[dict] = None, threads: Optional[int] = None
     ) -> dict:
         # On a GPU the bucketed runs use the paper sweep's batch widths (a multiple of 8).
-        shapes = [f"data.pad_multiple={sweep_grid('paper')['pad_multiple']}"] if self.gpu and bucketing else []
+        paper = sweep_grid("paper")
+        shapes = [f"data.pad_multiple={paper['pad_multiple']}"] if self.gpu and bucketing else []
+        experiment = paper["experiments"].get(encoder)  # its head and sizes as the paper sweep runs it
         return {
             "encoder": encoder,
+            "choice": f"+experiment={experiment}" if experiment else f"encoder={encoder}",
             "bucketing": bucketing,
             "layers": LAYERS,
             "data": str(self.data),

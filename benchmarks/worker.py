@@ -24,7 +24,7 @@ def compose_run(overrides: Sequence[str]):
 
 def run_overrides(spec: dict) -> list[str]:
     return [
-        f"+experiment={spec['encoder']}",
+        spec.get("choice", f"encoder={spec['encoder']}"),
         f"encoder.layers={spec.get('layers', LAYERS)}",
         "tokenizer=sentencepiece",
         "tokenizer.vocab_size=6000",

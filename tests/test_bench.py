@@ -196,6 +196,15 @@ def test_sweep_grid_reads_the_sweep_file_as_hydra_expands_it(tmp_path):
     grid = bench.sweep_grid("paper", tmp_path)
     assert grid["jobs"] == {e: {2: 1, 3: 1, 4: 1} for e in ("trans_blstm", "trans_blstm_parallel", "transformer")}
     assert (grid["epochs"], grid["folds"], grid["pad_multiple"], grid["jobs_in_file"]) == (12, 5, 8, 9)
+    assert grid["experiments"] == {e: e for e in grid["jobs"]}
+
+
+def test_a_worker_trains_each_encoder_as_the_paper_sweeps_experiment_for_it(tmp_path):
+    from benchmarks.worker import run_overrides
+
+    b = bench.Bench(tmp_path, None, 1, 16, ["cnn"], None, 1, False, tmp_path, 300)
+    assert run_overrides(b.worker_spec("cnn", True, "cnn-bucketed"))[0] == "+experiment=cnn"
+    assert run_overrides(b.worker_spec("unswept", True, "unswept-bucketed"))[0] == "encoder=unswept"
 
 
 def test_fmt_helpers():
