@@ -28,7 +28,7 @@ def readme_example() -> dict[str, str]:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Add an encoder", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:python|yaml)\n(.*?)```", section, flags=re.S)
-    return {block.splitlines()[0].removeprefix("# ").strip(): block for block in blocks}
+    return {re.search(r"^# ((?:klue_tc|conf)/\S+)", block, flags=re.M)[1]: block for block in blocks}
 
 
 def copy_repo(root: Path) -> Path:
@@ -67,13 +67,15 @@ def external_distribution(site: Path, module: str, variant: str) -> Path:
 
 PROBE = """
 import json
+from klue_tc.config import validate
 from klue_tc.fingerprint import code_version
 from klue_tc.registry import ENCODERS
 from klue_tc.report import study_order
-from klue_tc.sweeps import sweep_jobs
+from klue_tc.sweeps import compose_sweep, sweep_jobs
 
 jobs = {name: sweep_jobs(name) for name in ("paper", "study", "full", "smoke")}
 print(json.dumps({
+    "composed": {job[0]: validate(compose_sweep("full", job)).encoder.name for job in jobs["full"]},
     "encoders": ENCODERS.names(),
     "report_order": [n for n in study_order() if n in ENCODERS],
     "experiments": {
@@ -105,6 +107,7 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
     )
     assert gated["experiments"]["smoke"] == plain["experiments"]["smoke"]  # two named experiments
     assert gated["fingerprint"] != plain["fingerprint"]  # its code is in the results key
+    assert gated["composed"]["+experiment=gated"] == "gated"  # the experiment composes and validates
 
     done = run(repo_with_gated, ["-m", "klue_tc", "+experiment=bert"])
     assert done.returncode == 2
