@@ -219,7 +219,7 @@ def test_a_registered_toy_encoder_trains_through_the_normal_entry_point(tmp_path
     finally:
         sys.path.pop(0)
     from klue_tc.registry import ENCODERS
-    from klue_tc.report import study_order
+    from klue_tc.report.summary import study_order
 
     assert "toy" in ENCODERS.names() and "toy" in study_order()
     run_dir = tmp_path / "run"
