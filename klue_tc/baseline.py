@@ -8,6 +8,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.svm import LinearSVC
 
+from klue_tc.config import CVConfig, DataConfig
+
 # Character 1-3-grams within words, tf damped, n-grams seen at least twice, C=0.5: the settings that
 # scored best of those measured on a held-out tenth of train (docs/full-training.md), about +0.4
 # points of macro-F1 over scikit-learn's defaults.
@@ -20,7 +22,7 @@ def baseline_pipeline(untuned: bool = False) -> Pipeline:
     return make_pipeline(TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2), LinearSVC(C=0.5))
 
 
-def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
+def score_on_folds(data_cfg: DataConfig, cv: CVConfig, seed: int, cache: Path | None = None) -> list[dict]:
     """The baseline on the folds a run or sweep used (its config.yaml's data and cv settings): per
     fold its macro-F1 on the held-out fold and, where a validation file is named, on that. Cached in
     `cache` (a JSON file) by what it depends on."""
@@ -28,16 +30,14 @@ def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
 
     from sklearn.metrics import f1_score
 
-    from klue_tc.config import DataConfig
     from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
 
-    data_cfg = DataConfig(**{k: v for k, v in config["data"].items() if k in DataConfig.__dataclass_fields__})
-    data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, config.get("seed", 42))
+    data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, seed)
     validation = validation_titles(data_cfg) if data_cfg.validation_path else None
     key = {
         "data": data.fingerprint(),
-        "folds": config["cv"]["folds"],
-        "seed": config["cv"]["seed"],
+        "folds": cv.folds,
+        "seed": cv.seed,
         "validation": validation.fingerprint() if validation else None,
     }
     if cache is not None and cache.is_file():

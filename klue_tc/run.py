@@ -86,7 +86,7 @@ def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig,
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
     from klue_tc.data import LABEL_NAMES
     from klue_tc.evaluate import score_run
-    from klue_tc.plots import plot_confusion_matrix
+    from klue_tc.report.plots import plot_confusion_matrix
 
     validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
     plot_confusion_matrix(

@@ -70,7 +70,7 @@ import json
 from klue_tc.config import validate
 from klue_tc.fingerprint import code_version
 from klue_tc.registry import ENCODERS
-from klue_tc.report import study_order
+from klue_tc.report.summary import study_order
 from klue_tc.sweeps import compose_sweep, sweep_jobs
 
 jobs = {name: sweep_jobs(name) for name in ("paper", "study", "full", "smoke")}

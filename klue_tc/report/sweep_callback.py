@@ -13,15 +13,15 @@ log = logging.getLogger(__name__)
 
 class SweepReportCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from klue_tc.report import write_report
+        from klue_tc.report.write import write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
             write_report(
                 sweep_dir,
                 log_to_wandb=config.logger.name == "wandb",
-                wandb_cfg=config.logger.get("wandb"),
-                group=config.get("sweep") or config.get("experiment"),
+                wandb_cfg=config.logger.wandb,  # typed by the schema: WandbConfig's keys
+                group=config.sweep or config.experiment,
             )
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
