@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from klue_tc.config import TokenizerConfig
+from klue_tc.data import TEXT_NORMALISATION
 from klue_tc.files import atomic_write
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
@@ -22,8 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def tokenizer_key(cfg: TokenizerConfig, train_fingerprint: str) -> str:
+    """The fitted tokenizer's and its encodings' cache key: its settings, its training titles and
+    the Unicode form titles are brought to before tokenising (a change of it changes every id)."""
     settings = TOKENIZERS[cfg.name].build.fit_settings(cfg, train_fingerprint)
-    return hashlib.sha1(json.dumps({**settings, "name": cfg.name}, sort_keys=True).encode()).hexdigest()[:16]
+    payload = {**settings, "name": cfg.name, "normalisation": TEXT_NORMALISATION}
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class TokenizerCache:
