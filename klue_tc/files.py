@@ -1,12 +1,69 @@
-"""Writing a file so that readers never see half of it, with the permissions the user's umask gives."""
+"""Writing a file so that readers never see half of it, with the permissions the user's umask gives;
+a full disk is one `DiskFullError` line naming the file, with nothing half-written left behind."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Optional
+
+from klue_tc.errors import DiskFullError
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def disk_full_error(
+    path: Path | str | None, needed: Optional[int] = None, at_least: Optional[int] = None
+) -> DiskFullError:
+    """The one line for a write that ran out of space: the file, what it needs, what is free there."""
+    where = Path(path) if path else None
+    free = None
+    if where is not None:
+        existing = where.absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(existing).free
+    if needed is not None:
+        need = f"it needs {_size(needed)}"
+    elif at_least:
+        need = f"it needs more than the {_size(at_least)} written before the disk filled"
+    else:
+        need = "it needs more space"
+    if free is not None:
+        need += f", {_size(free)} free there"
+    return DiskFullError(
+        f"{where or 'a file'}: no space left on the device ({need}); nothing half-written was kept: "
+        "free some space (or raise the quota) and run the same command again"
+    )
+
+
+@contextlib.contextmanager
+def reporting_full_disk(path: Path | str) -> Iterator[None]:
+    """A full disk while writing `path` becomes its DiskFullError line; other errors pass through."""
+    try:
+        yield
+    except OSError as err:
+        if is_disk_full(err):
+            raise disk_full_error(path) from None
+        raise
 
 
 def current_umask() -> int:
@@ -15,31 +72,44 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp") -> None:
+def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp", size: Optional[int] = None) -> None:
     """`write(tmp)` into a temporary file beside `path`, then rename it over `path`. A crash leaves
     the old file or the new one, never a cut one; the file is 0644 under the usual umask (a
-    temporary file alone would be 0600, unreadable to a team on a shared cluster)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    temporary file alone would be 0600, unreadable to a team on a shared cluster). A full disk is a
+    DiskFullError naming `path` and `size` (the bytes it needs, when the caller knows them)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    except OSError as err:
+        if is_disk_full(err):
+            raise disk_full_error(path, size) from None
+        raise
     os.close(fd)
     tmp = Path(name)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        written = tmp.stat().st_size if tmp.exists() else 0
         tmp.unlink(missing_ok=True)
+        if is_disk_full(err):
+            raise disk_full_error(path, size, at_least=written) from None
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes, suffix: str = ".tmp") -> None:
     def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
 
-    atomic_write(path, write)
+    atomic_write(path, write, suffix=suffix, size=len(data))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from klue_tc.config import TokenizerConfig
 from klue_tc.data import TEXT_NORMALISATION
-from klue_tc.files import atomic_write
+from klue_tc.files import atomic_write, disk_full_error, is_disk_full
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
 
@@ -67,9 +67,16 @@ class TokenizerCache:
 
 
 def _atomic_dir_write(directory: Path, writer) -> None:
-    """Write into a temporary sibling then rename, so parallel jobs never see half a tokenizer."""
+    """Write into a temporary sibling then rename, so parallel jobs never see half a tokenizer; a
+    failed write (a full disk: one DiskFullError line) leaves no half of it behind."""
     tmp = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}.tmp")
-    writer(tmp)
+    try:
+        writer(tmp)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(err):
+            raise disk_full_error(directory) from None
+        raise
     try:
         tmp.rename(directory)
     except OSError:  # another job finished the same tokenizer first
