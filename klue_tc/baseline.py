@@ -30,6 +30,7 @@ def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
 
     from klue_tc.config import DataConfig
     from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
+    from klue_tc.files import atomic_write_text
 
     data_cfg = DataConfig(**{k: v for k, v in config["data"].items() if k in DataConfig.__dataclass_fields__})
     data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, config.get("seed", 42))
@@ -55,5 +56,5 @@ def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
             row["validation_f1"] = float(f1_score(validation.labels, model.predict(validation.texts), average="macro"))
         rows.append(row)
     if cache is not None:
-        cache.write_text(json.dumps({"key": key, "folds": rows}, indent=1), encoding="utf-8")
+        atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, indent=1))  # never half a cache
     return rows

@@ -1,5 +1,6 @@
-"""Writing a file so that readers never see half of it, with the permissions the user's umask gives;
-a full disk is one `DiskFullError` line naming the file, with nothing half-written left behind."""
+"""Writing a file so that readers never see half of it, with the permissions the user's umask gives
+(and the group's write bit in a folder shared with its group, never the world's); a full disk is
+one `DiskFullError` line naming the file, with nothing half-written left behind."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -72,13 +74,60 @@ def current_umask() -> int:
     return mask
 
 
+def shared_with_group(folder: Path) -> bool:
+    """A folder its group may write to (a team's results store or cache, usually setgid): what is
+    made in it gets the group's write bit whatever the user's umask, or the team could not update it."""
+    try:
+        return bool(folder.stat().st_mode & stat.S_IWGRP)
+    except OSError:
+        return False
+
+
+def creation_mode(folder: Path, directory: bool = False) -> int:
+    """The mode of a file (or folder) made in `folder`: the umask's, plus the group's read and write
+    when `folder` is shared with its group; never writable by others, whatever the umask allows."""
+    mode = (0o777 if directory else 0o666) & ~current_umask()
+    if shared_with_group(folder):
+        mode |= 0o070 if directory else 0o060
+    return mode & ~0o002
+
+
+def make_dirs(folder: Path) -> None:
+    """`mkdir -p`, each new folder given `creation_mode` of its parent (mkdir alone would apply the
+    umask and drop the group's write bit); setgid folders pass their group on as mkdir does."""
+    folder = Path(folder)
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:  # made meanwhile by another job
+            continue
+        mode = creation_mode(new.parent, directory=True)
+        if mode != stat.S_IMODE(new.stat().st_mode) & ~stat.S_ISGID:
+            os.chmod(new, mode | (new.stat().st_mode & stat.S_ISGID))
+
+
+def share_tree(root: Path) -> None:
+    """Give the files and folders under `root` (made by a library's writer) `creation_mode` of the
+    folder above `root`, when that folder is shared with its group."""
+    if not shared_with_group(root.parent):
+        return
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, creation_mode(root.parent, directory=path.is_dir()) | (path.stat().st_mode & stat.S_ISGID))
+
+
 def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp", size: Optional[int] = None) -> None:
     """`write(tmp)` into a temporary file beside `path`, then rename it over `path`. A crash leaves
     the old file or the new one, never a cut one; the file is 0644 under the usual umask (a
-    temporary file alone would be 0600, unreadable to a team on a shared cluster). A full disk is a
+    temporary file alone would be 0600, unreadable to a team on a shared cluster), 0664 in a folder
+    shared with its group. A full disk is a
     DiskFullError naming `path` and `size` (the bytes it needs, when the caller knows them)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     except OSError as err:
         if is_disk_full(err):
@@ -88,7 +137,7 @@ def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp"
     tmp = Path(name)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())
+        os.chmod(tmp, creation_mode(path.parent))
         os.replace(tmp, path)
     except BaseException as err:
         written = tmp.stat().st_size if tmp.exists() else 0

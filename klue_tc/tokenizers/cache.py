@@ -15,7 +15,7 @@ import numpy as np
 
 from klue_tc.config import TokenizerConfig
 from klue_tc.data import TEXT_NORMALISATION
-from klue_tc.files import atomic_write, disk_full_error, is_disk_full
+from klue_tc.files import atomic_write, disk_full_error, is_disk_full, make_dirs, share_tree
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
 
@@ -61,7 +61,6 @@ class TokenizerCache:
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
                 log.warning("cached encoding %s is damaged (%s); encoding again", path, type(err).__name__)
         encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets), suffix=".npz")
         return encoded
 
@@ -71,7 +70,9 @@ def _atomic_dir_write(directory: Path, writer) -> None:
     failed write (a full disk: one DiskFullError line) leaves no half of it behind."""
     tmp = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}.tmp")
     try:
+        make_dirs(directory.parent)
         writer(tmp)
+        share_tree(tmp)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if is_disk_full(err):
