@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -55,6 +57,20 @@ def disk_full_error(
         f"{where or 'a file'}: no space left on the device ({need}); nothing half-written was kept: "
         "free some space (or raise the quota) and run the same command again"
     )
+
+
+def tolerate_full_disk_in_logs() -> None:
+    """A log file on a full disk loses its lines quietly: logging would print a traceback for each
+    line it cannot write, burying the one line that says the disk is full."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and not getattr(handler, "tolerates_full_disk", False):
+
+            def handle_error(record: logging.LogRecord, report=handler.handleError) -> None:
+                if not is_disk_full(sys.exc_info()[1]):
+                    report(record)
+
+            handler.handleError = handle_error
+            handler.tolerates_full_disk = True
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
-from klue_tc.files import atomic_write_text
+from klue_tc.files import atomic_write_text, tolerate_full_disk_in_logs
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
 from klue_tc.records import Describe, FoldResult, RunResult
@@ -51,6 +51,7 @@ def run_job(cfg: DictConfig) -> float:
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     redact_logs()
+    tolerate_full_disk_in_logs()
     redact_hydra_files(run_dir)
     resolved = redact(job_config(cfg))  # what is written: config.yaml, the store's, W&B's
     # The config that produced every number in this directory, resolved, beside metrics.json.

@@ -171,3 +171,18 @@ def test_the_command_line_says_it_in_one_line_without_a_traceback(tmp_path, tiny
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: outputs/csv/metrics.csv: no space left on the device")
     assert "Traceback" not in done.stderr
+
+
+def test_a_log_file_on_a_full_disk_prints_no_traceback(tmp_path, capsys):
+    import logging
+
+    handler = logging.FileHandler(tmp_path / "job.log")
+    handler.stream.write = no_space
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        files.tolerate_full_disk_in_logs()
+        logging.getLogger("klue_tc.test").warning("a line the full disk cannot take")
+    finally:
+        root.removeHandler(handler)
+    assert "Traceback" not in capsys.readouterr().err
