@@ -94,9 +94,10 @@ def shared_with_group(folder: Path) -> bool:
     """A folder its group may write to (a team's results store or cache, usually setgid): what is
     made in it gets the group's write bit whatever the user's umask, or the team could not update it."""
     try:
-        return bool(folder.stat().st_mode & stat.S_IWGRP)
+        mode = folder.stat().st_mode
     except OSError:
         return False
+    return bool(mode & stat.S_IWGRP) and not mode & stat.S_IWOTH  # /tmp (1777) is everyone's, not a team's
 
 
 def creation_mode(folder: Path, directory: bool = False) -> int:

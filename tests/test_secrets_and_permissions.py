@@ -167,3 +167,54 @@ def test_a_private_store_keeps_the_umask(tmp_path, umask):
     modes = modes_under(private)
     assert {oct(mode) for path, mode in modes.items() if (private / path).is_file()} == {"0o644"}
     assert {oct(mode) for path, mode in modes.items() if (private / path).is_dir()} == {"0o755"}
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as a second user")
+def test_a_second_member_of_the_group_updates_what_the_first_wrote(umask):
+    """What one user of a group-shared store wrote (umask 022), another member takes over: its
+    locks, records, training state and cache, with no file writable by everyone."""
+    import shutil
+    import tempfile
+
+    from conftest import make_headlines
+    from klue_tc.checkpoints import AtomicCheckpointIO
+    from klue_tc.records import FoldResult
+    from klue_tc.registry import TOKENIZERS
+    from klue_tc.results import ResultsStore
+    from klue_tc.tokenizers import TokenizerCache
+
+    team_gid, member = 4242, 65534
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp folders are private to root
+    groups = os.getgroups()
+    try:
+        os.chmod(base, 0o755)
+        shared = base / "team"
+        shared.mkdir()
+        os.chown(shared, 0, team_gid)
+        os.chmod(shared, 0o2775)
+        write_store_and_cache(shared)
+        cfg = TOKENIZERS.config_for("sentencepiece", vocab_size=400)
+        titles = [t for _, t in make_headlines(per_class=10)]
+        os.setgroups([team_gid])
+        os.setegid(member)
+        os.seteuid(member)  # from here on, another user who shares only the team's group
+        store = ResultsStore(shared / "results")
+        record = FoldResult(0, 0.7, 0.7, 1, 1, None, None, 1.0, 10, 5, None, "tokenizer")
+        for key in ("abc", "def"):  # a configuration the first member began, and a new one
+            with store.claim(key, 0):
+                AtomicCheckpointIO().save_checkpoint({"epoch": 1}, store.training_state_dir(key, 0) / "last.ckpt")
+                store.put(key, 0, record)
+        cache = TokenizerCache(shared / "cache")
+        tokenizer, key = cache.tokenizer(cfg, titles, "fold0")
+        cache.encoded(tokenizer, key, titles, "other")
+        (shared / "cache" / "tokenizers" / key / "tokenizer.json").write_text("{damaged")  # a crash's leftover
+        cache.tokenizer(cfg, titles, "fold0")  # fitted again, over the first member's copy
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+    try:
+        assert store.read("abc", 0).f1 == 0.7 and store.read("def", 0).f1 == 0.7
+        assert not [p for p, mode in modes_under(shared).items() if mode & stat.S_IWOTH]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
