@@ -141,8 +141,8 @@ def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp"
     """`write(tmp)` into a temporary file beside `path`, then rename it over `path`. A crash leaves
     the old file or the new one, never a cut one; the file is 0644 under the usual umask (a
     temporary file alone would be 0600, unreadable to a team on a shared cluster), 0664 in a folder
-    shared with its group. A full disk is a
-    DiskFullError naming `path` and `size` (the bytes it needs, when the caller knows them)."""
+    shared with its group. A full disk is a DiskFullError naming `path` and `size` (the bytes it
+    needs, when the caller knows them), the temporary file removed."""
     try:
         make_dirs(path.parent)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
