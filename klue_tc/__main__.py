@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from klue_tc import cli_errors
 from klue_tc.config import register_schemas
 from klue_tc.errors import KlueTcError, exit_with
+from klue_tc.files import disk_full_error, is_disk_full
 
 try:
     register_schemas()  # imports every variant: one that breaks the contract is one line here
@@ -24,7 +25,12 @@ def main(cfg: DictConfig) -> float:
     from klue_tc.run import run_job
 
     try:
-        return run_job(cfg)
+        try:
+            return run_job(cfg)
+        except OSError as err:  # a full disk met by a writer that is not klue_tc's (a logger's file)
+            if is_disk_full(err):
+                raise disk_full_error(err.filename) from None
+            raise
     except cli_errors.KlueTcError as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a failed job (or Optuna trial), not the end of the whole sweep

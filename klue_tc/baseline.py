@@ -31,6 +31,7 @@ def score_on_folds(data_cfg: DataConfig, cv: CVConfig, seed: int, cache: Path | 
     from sklearn.metrics import f1_score
 
     from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
+    from klue_tc.files import atomic_write_text
 
     data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, seed)
     validation = validation_titles(data_cfg) if data_cfg.validation_path else None
@@ -55,5 +56,5 @@ def score_on_folds(data_cfg: DataConfig, cv: CVConfig, seed: int, cache: Path | 
             row["validation_f1"] = float(f1_score(validation.labels, model.predict(validation.texts), average="macro"))
         rows.append(row)
     if cache is not None:
-        cache.write_text(json.dumps({"key": key, "folds": rows}, indent=1), encoding="utf-8")
+        atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, indent=1))  # never half a cache
     return rows

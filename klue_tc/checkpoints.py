@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from klue_tc.files import atomic_write
+from klue_tc.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,26 @@ def save_weights_only(source: Path, target: Path) -> None:
         for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version", "epoch", "global_step")
         if k in full
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, lambda tmp: torch.save(slim, tmp))
+    save_atomically(slim, target)
+
+
+def save_atomically(checkpoint: dict, path: Path) -> None:
+    """Serialised in memory first, so that its size is known and a full disk is an OSError (not
+    torch's RuntimeError), then written beside `path` and renamed over it: a later run never
+    reads a checkpoint cut short."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(Path(path), buffer.getbuffer().tobytes(), suffix=".ckpt.tmp")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writes (the resumable state, the best weights) made atomic: Lightning's
+    own truncates the file then writes it, so a full disk leaves half a checkpoint in its place."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"storage_options are not supported by {type(self).__name__}")
+        save_atomically(checkpoint, Path(path))
 
 
 def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:

@@ -1,11 +1,14 @@
 """Read and validate labelled KLUE YNAT titles (local files or the Hugging Face hub); folds.
 
 Every problem with an input file is reported as one `DataError` line naming the file and the
-line (record, for a JSON list) or column; nothing is silently dropped or altered.
+line (record, for a JSON list) or column. Titles are brought to one Unicode form (NFC) so that a
+headline typed on any system gets the same tokens; rows with an empty title are dropped with one
+line counting them, nothing else is dropped.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import importlib
@@ -13,6 +16,7 @@ import io
 import json
 import logging
 import lzma
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +33,61 @@ LABEL_NAMES: tuple[str, ...] = ("IT과학", "경제", "사회", "생활문화", 
 NUM_CLASSES = len(LABEL_NAMES)
 TEXT_COLUMNS = ("title", "text")
 LABEL_COLUMNS = ("label", "topic_idx")
+# The one Unicode form every title is read in: precomposed Hangul syllables, as Windows and Linux
+# type them (macOS file names and some of its exports give the same syllables as decomposed jamo).
+TEXT_NORMALISATION = "NFC"
+# Invisible characters that editors and web copies leave at a title's ends; str.strip keeps them.
+_INVISIBLE_ENDS = "\u200b\u200c\u200d\u2060\ufeff"
+
+
+def normalise_title(text: str) -> str:
+    """The title in TEXT_NORMALISATION form, without surrounding spaces or invisible characters."""
+    return unicodedata.normalize(TEXT_NORMALISATION, text).strip().strip(_INVISIBLE_ENDS).strip()
+
+
+def has_letter_or_digit(text: str) -> bool:
+    """False for a title of emoji, punctuation or symbols only: kept, but nothing in it names a topic."""
+    return any(ch.isalnum() for ch in text)
+
+
+_BOMS = (  # longest first: a UTF-32 LE mark begins with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_text(raw: bytes, name: str) -> str:
+    """A text file's bytes as text: UTF-8 (with or without a BOM), UTF-16/32 with a BOM, or the
+    Korean Windows encoding (cp949, a superset of EUC-KR) when the bytes are clearly Korean in it,
+    with one line saying so. Anything else is one `DataError` naming what was found and how to convert."""
+    for bom, codec in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw.decode(codec)
+            except UnicodeDecodeError as err:
+                raise DataError(f"{name}: damaged {codec.upper()} text at byte {err.start}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        utf8_error = f"{name}: line {line}: undecodable bytes (the file must be UTF-8)"
+    convert = f"convert it with: iconv -f {{}} -t utf-8 {name} > {Path(name).stem}.utf8{Path(name).suffix}"
+    if b"\x00" in raw:  # text in UTF-8 or cp949 has no NUL; UTF-16's tabs and line ends do
+        endian = "le" if raw[1::2].count(b"\x00") > raw[0::2].count(b"\x00") else "be"
+        raise DataError(f"{name}: UTF-16{endian.upper()} without a BOM, not UTF-8; {convert.format(f'utf-16{endian}')}")
+    try:
+        text = raw.decode("cp949")
+    except UnicodeDecodeError:
+        raise DataError(f"{utf8_error}; if it is in a legacy encoding, {convert.format('ENCODING')}") from None
+    non_ascii = [ch for ch in text if ord(ch) > 127]
+    hangul = sum("\uac00" <= ch <= "\ud7a3" for ch in non_ascii)
+    if hangul < 0.9 * len(non_ascii):  # decodable by chance (Latin-1, Shift-JIS): not Korean text
+        raise DataError(f"{utf8_error}; if it is in a legacy encoding, {convert.format('ENCODING')}")
+    log.warning("%s: not UTF-8; read as cp949 (EUC-KR, Korean Windows), whose Hangul it holds", name)
+    return text
 
 
 @dataclass(frozen=True)
@@ -78,11 +137,7 @@ def read_labelled_file(
         path_for_type = path
     if not raw.strip():
         raise DataError(f"{path}: file is empty")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
+    text = decode_text(raw, str(path))
     frame, locations = _parse(path_for_type, text, str(path))
     return from_frame(
         frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
@@ -191,10 +246,30 @@ def from_frame(
     label_col = _pick_column(
         frame, (label_column,) if label_column else LABEL_COLUMNS, source, "label", "data.label_column"
     )
-    texts = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
-    empty = np.flatnonzero(texts.str.strip().eq("").to_numpy())
-    if len(empty):
-        raise DataError(f"{source}: {where(empty[0])}: empty title (column {text_col!r})")
+    texts = frame[text_col].map(
+        lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else normalise_title(str(v))
+    )
+    empty = np.flatnonzero(texts.eq("").to_numpy())
+    kept = np.flatnonzero(texts.ne("").to_numpy())  # row positions in the file of the rows kept
+    if not len(kept):
+        raise DataError(f"{source}: every title is empty (column {text_col!r})")
+    if len(empty):  # nothing to classify or to learn from: the row goes, and the user hears how many
+        log.warning(
+            "%s: %d row(s) with an empty title (column %r) dropped, first at %s",
+            source,
+            len(empty),
+            text_col,
+            where(empty[0]),
+        )
+        frame, texts = frame.iloc[kept], texts.iloc[kept]
+    symbols_only = [i for i, t in enumerate(texts) if not has_letter_or_digit(t)]
+    if symbols_only:
+        log.warning(
+            "%s: %d title(s) hold no letter or digit (only emoji, punctuation or symbols), kept; first at %s",
+            source,
+            len(symbols_only),
+            where(kept[symbols_only[0]]),
+        )
     labels = frame[label_col].map(_label_id)
     unknown = np.flatnonzero(labels.isna().to_numpy())
     if len(unknown):
@@ -202,10 +277,10 @@ def from_frame(
         value = frame[label_col].iloc[row]
         value = value.item() if isinstance(value, np.generic) else value  # 9, not np.int64(9)
         raise DataError(
-            f"{source}: {where(row)}: unknown label {value!r} in column {label_col!r};"
+            f"{source}: {where(kept[row])}: unknown label {value!r} in column {label_col!r};"
             f" expected an id 0-{NUM_CLASSES - 1} or one of {', '.join(LABEL_NAMES)}"
         )
-    return LabelledTitles(texts.str.strip().tolist(), labels.to_numpy(dtype=np.int64), source)
+    return LabelledTitles(texts.tolist(), labels.to_numpy(dtype=np.int64), source)
 
 
 def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str, override: str) -> str:

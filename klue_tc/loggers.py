@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from klue_tc.config import LoggerConfig, LoggerKind, WandbConfig
+from klue_tc.redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +34,20 @@ def open_wandb_run(
         import wandb
 
         save_dir.mkdir(parents=True, exist_ok=True)
+        # W&B's metadata file records the command line, where a shell may have expanded a token.
+        argv_has_secret = redact_text(" ".join(sys.argv)) != " ".join(sys.argv)
         # No console capture or system stats: jobs stay fast and their stdout stays readable.
         return wandb.init(
-            project=cfg.project,
-            entity=cfg.entity,
-            name=name,
-            group=group,
+            project=redact(cfg.project),
+            entity=redact(cfg.entity),
+            name=redact(name),
+            group=redact(group),
             job_type=job_type,
             dir=str(save_dir),
             mode=mode,
-            config=config,
+            config=redact(config),
             reinit="create_new",
-            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True, x_disable_meta=argv_has_secret),
         )
     except Exception as err:
         log.warning(

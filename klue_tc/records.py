@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from klue_tc.files import atomic_write_json
+from klue_tc.redaction import redact
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class FoldResult:
         return cls(**values)
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, self.to_dict())
+        atomic_write_json(path, redact(self.to_dict()))  # a name from an env-expanded override keeps no token
 
     @classmethod
     def load(cls, path: Path) -> FoldResult:
@@ -159,7 +160,7 @@ class RunResult:
         )
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, self.to_dict())
+        atomic_write_json(path, redact(self.to_dict()))  # a name from an env-expanded override keeps no token
 
     @classmethod
     def load(cls, path: Path) -> RunResult:

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Iterator, Optional
 import yaml
 
 from klue_tc.config import RunConfig, keyed_settings
-from klue_tc.files import atomic_write_text
+from klue_tc.files import atomic_write_text, creation_mode, make_dirs
 from klue_tc.records import CodeVersion, FoldResult
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,15 @@ class ResultsStore:
     def claim(self, key: str, fold: int) -> Iterator[None]:
         """Hold the fold while it trains: a second identical job waits here, then finds the record."""
         lock = self.root / key / f"fold{fold}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "w") as handle:
+        make_dirs(lock.parent)
+        # Read-only, and made with the folder's mode: flock needs no write access, so another
+        # user of a shared store can take a lock file that the first one made.
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_EXCL)
+            os.fchmod(fd, creation_mode(lock.parent))  # open's mode would lose the group's bit to the umask
+        except FileExistsError:
+            fd = os.open(lock, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

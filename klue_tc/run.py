@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
-from klue_tc.files import atomic_write_text
+from klue_tc.files import atomic_write_text, tolerate_full_disk_in_logs
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
 from klue_tc.records import Describe, FoldResult, RunResult
+from klue_tc.redaction import redact, redact_files, redact_logs
 from klue_tc.results import ResultsStore, config_hash
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,10 @@ def run_job(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    resolved = job_config(cfg)
+    redact_logs()
+    tolerate_full_disk_in_logs()
+    redact_hydra_files(run_dir)
+    resolved = redact(job_config(cfg))  # what is written: config.yaml, the store's, W&B's
     # The config that produced every number in this directory, resolved, beside metrics.json.
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
     store = ResultsStore(results_root(run))
@@ -93,6 +97,15 @@ def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig,
         validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
     )
     return validation
+
+
+def redact_hydra_files(run_dir: Path) -> None:
+    """Hydra has already written the overrides as given (a shell-expanded $HF_TOKEN among them)."""
+    hydra = HydraConfig.get()
+    written = list((run_dir / hydra.output_subdir).glob("*.yaml")) if hydra.output_subdir else []
+    if hydra.mode == RunMode.MULTIRUN:
+        written.append(Path(hydra.sweep.dir) / "multirun.yaml")
+    redact_files(written)
 
 
 def results_key(run: RunConfig, inputs: JobInputs) -> str:

@@ -21,11 +21,18 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from lightning.pytorch.loggers import Logger
 
 from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
-from klue_tc.checkpoints import RESUME_CHECKPOINT_EVERY_S, ResumeCheckpoint, resume_point, save_weights_only
+from klue_tc.checkpoints import (
+    RESUME_CHECKPOINT_EVERY_S,
+    AtomicCheckpointIO,
+    ResumeCheckpoint,
+    resume_point,
+    save_weights_only,
+)
 from klue_tc.config import RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.evaluate import score_fold
+from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
 from klue_tc.module import TopicClassifierModule
 from klue_tc.records import FoldResult
@@ -89,6 +96,7 @@ def make_trainer(
         fast_dev_run=cfg.fast_dev_run,
         limit_train_batches=cfg.limit_train_batches,
         reload_dataloaders_every_n_epochs=int(reload_train_data),
+        plugins=[AtomicCheckpointIO()],
     )
 
 
@@ -146,7 +154,8 @@ def train_fold(
     if best.best_model_path:
         checkpoint = fold_dir / "best.ckpt"
         save_weights_only(Path(best.best_model_path), checkpoint)
-    tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
+    with reporting_full_disk(fold_dir / "tokenizer"):
+        tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
     result = FoldResult(
         fold=fold,
         f1=monitor.best_f1,

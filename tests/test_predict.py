@@ -135,3 +135,41 @@ def test_an_empty_titles_file_says_so(run_dir: Path, tmp_path: Path, capsys):
     empty.write_text("\n \n", encoding="utf-8")
     assert main([str(run_dir), "--file", str(empty)]) == 2
     assert capsys.readouterr().err.strip() == f"error: {empty}: the file is empty (one headline a line expected)"
+
+
+def test_titles_are_normalised_and_korean_windows_text_is_read(run_dir: Path, tmp_path: Path, capsys):
+    """A macOS-typed (NFD) argument, one from a cp949 terminal, a cp949 file: one title, one prediction."""
+    import unicodedata
+
+    title = TITLES[0]
+    from_cp949_terminal = title.encode("cp949").decode("utf-8", "surrogateescape")  # how Python gets such argv
+    cp949_file = tmp_path / "titles-cp949.txt"
+    cp949_file.write_bytes(f"{title}\r\n".encode("cp949"))
+    argv = [str(run_dir), unicodedata.normalize("NFD", title), from_cp949_terminal, "--file", str(cp949_file)]
+
+    assert main([*argv, "--json"]) == 0
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["title"] for line in lines] == [title] * 3
+    assert len({(line["label"], line["probability"]) for line in lines}) == 1
+
+
+def test_an_empty_title_argument_says_it_cannot_be_classified(run_dir: Path, capsys):
+    assert main([str(run_dir), TITLES[0], " \u200b "]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "error: title 2 is empty (1 of 2 are): an empty title cannot be classified"
+    )
+
+
+def test_symbol_only_titles_are_predicted_with_one_line_counting_them(run_dir: Path, capsys, caplog):
+    assert main([str(run_dir), "⚽🔥", TITLES[1], "?!...", "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and said[0].startswith(
+        "2 title(s) hold no letter or digit (only emoji, punctuation or symbols"
+    )
+
+
+def test_an_argument_in_no_readable_encoding_is_one_line(run_dir: Path, capsys):
+    assert main([str(run_dir), b"\xff\xfe\xfa".decode("utf-8", "surrogateescape")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: title 1 is not UTF-8 text;")
