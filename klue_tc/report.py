@@ -80,10 +80,13 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     rows += stored_rows(directory)
     if not rows:
         raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
-    frame = pd.DataFrame(rows).dropna(subset=["f1"]).drop_duplicates(["config_hash", "fold"], keep="last")
+    every = pd.DataFrame(rows).drop_duplicates(["config_hash", "fold"], keep="last")
+    frame = every.dropna(subset=["f1"])
     if frame.empty:
         raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    frame.attrs["diverged"] = every[every["diverged"] != ""].to_dict("records")  # listed, never averaged
+    return frame
 
 
 def stored_rows(directory: Path) -> list[dict]:
@@ -114,6 +117,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "code": record.code.label() if record.code else "unknown",
         "precision": record.precision,
         "device": record.device or "unknown",
+        "diverged": record.diverged or "",
     }
 
 
@@ -379,6 +383,21 @@ def to_markdown(
     return "\n".join(lines)
 
 
+def diverged_lines(diverged: list[dict]) -> str:
+    """The folds whose loss stopped being finite: listed apart, left out of every mean above."""
+    if not diverged:
+        return ""
+    for row in diverged:
+        log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
+    lines = ["", "## Diverged folds", "", "Left out of every mean above:", ""]
+    lines += [
+        f"- {row['encoder']}, {row['ln']}-LN, {row['layers']} layers, head {row['head']}, {row['tokenizer']} "
+        f"({row['config_hash']}), fold {row['fold']}: {row['diverged']}"
+        for row in diverged
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def device_lines(folds: pd.DataFrame) -> list[str]:
     """Where the records were trained; seconds compare only within one machine."""
     devices = folds["device"].value_counts().sort_index().sort_values(ascending=False, kind="stable")
@@ -416,7 +435,9 @@ def write_report(
     effects.to_csv(directory / "effects.csv", index=False)
     (directory / "claims.md").write_text(claims_markdown(verdicts), encoding="utf-8")
     (directory / "report.md").write_text(
-        to_markdown(directory, summary, folds, effects, verdicts, reference, config, missing), encoding="utf-8"
+        to_markdown(directory, summary, folds, effects, verdicts, reference, config, missing)
+        + diverged_lines(folds.attrs.get("diverged", [])),
+        encoding="utf-8",
     )
     summary.to_csv(directory / "report.csv", index=False)
     plots = [

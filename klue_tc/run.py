@@ -74,7 +74,8 @@ def run_job(cfg: DictConfig) -> float:
         log_aggregate(run, metrics, run_dir, wandb_group(run, key))
     print(f"run directory: {run_dir}", flush=True)
     print(final_line(metrics), flush=True)
-    score = metrics["cv_f1_mean"]
+    # A configuration with a diverged fold is no candidate: NaN, a failed trial for Optuna.
+    score = float("nan") if metrics["diverged_folds"] else metrics["cv_f1_mean"]
     if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
         # hydra-optuna-sweeper 1.3 with optuna 2.x ends the whole study on a NaN objective, while
         # an exception is recorded as one failed trial and the study goes on.
@@ -295,6 +296,8 @@ def final_line(metrics: dict) -> str:
     )
     if "validation_f1" in metrics:
         line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
+    if metrics.get("diverged_folds"):
+        line += f"; fold(s) {', '.join(map(str, metrics['diverged_folds']))} diverged (left out of the mean)"
     reused = [f for f in metrics["folds"] if f["fold"] in metrics["reused_folds"]]
     if reused:
         since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")
