@@ -30,8 +30,9 @@ def main(cfg: DictConfig) -> float:
             print(f"error: {outcome}", file=sys.stderr, flush=True)
             raise outcome from None
         print(outcome.line(), file=sys.stderr, flush=True)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not interrupts.in_submitit():
             raise outcome from None  # to the parallel launcher, which reports the job as failed; else the end
+        # A single run, or a SLURM job: no result for submitit, whose command waits for the requeued job.
         raise SystemExit(outcome.exit_code) from None
     except cli_errors.KlueTcError as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:

@@ -67,15 +67,20 @@ def requested() -> Optional[int]:
 
 def resume_command() -> str:
     """The command that started this process (the same command resumes it)."""
-    if requeue_signal() is not None:  # a submitit job: its process was started by submitit
+    if in_submitit():  # its process was started by submitit, not by the user's command
         return "the sweep's command again"
     return shlex.join(["python", "-m", "klue_tc", *sys.argv[1:]])
 
 
+def in_submitit() -> bool:
+    """Whether this process is a submitit job (hydra/launcher=slurm or submitit_local)."""
+    return "SUBMITIT_FOLDER" in os.environ
+
+
 def requeue_signal() -> Optional[int]:
     """The signal SLURM sends before a submitit job's time limit (submitit's --signal), in a
-    submitit job; None elsewhere."""
-    if "SUBMITIT_FOLDER" not in os.environ and "SUBMITIT_EXECUTOR" not in os.environ:
+    submitit job on SLURM; None elsewhere."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
         return None
     return getattr(signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None)
 

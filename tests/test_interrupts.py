@@ -115,6 +115,7 @@ def test_the_time_limit_signal_requeues_the_slurm_job_a_bounded_number_of_times(
     (bin_dir / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("SUBMITIT_FOLDER", str(tmp_path))
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "41")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     stop = interrupts.JobInterrupted(signal.SIGUSR2, "in fold 0, epoch 2, at step 5 of 9")
@@ -192,12 +193,12 @@ def wait_for(path: Path, text: str, process: subprocess.Popen, timeout: float = 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signalled_run_says_where_it_stopped_exits_non_zero_and_the_same_command_resumes(tmp_path, signum, code):
-    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=40))
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30))
     command = [
         sys.executable,
         "-m",
         "klue_tc",
-        *job_args(tmp_path, data, "trainer.max_epochs=4"),
+        *job_args(tmp_path, data, "trainer.max_epochs=3"),
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -205,7 +206,7 @@ def test_a_signalled_run_says_where_it_stopped_exits_non_zero_and_the_same_comma
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(log, "epoch 1/4", process)  # the first epoch's line: it trains epoch 2 now
+        wait_for(log, "epoch 1/3", process)  # the first epoch's line: it trains epoch 2 now
         process.send_signal(signum)
         assert process.wait(timeout=120) == code
     finally:
@@ -221,5 +222,65 @@ def test_a_signalled_run_says_where_it_stopped_exits_non_zero_and_the_same_comma
     again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "fold 0: resuming " in again.stdout + again.stderr
-    assert "epoch 1/4" not in again.stdout  # the finished epoch is not trained again
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["folds"][0]["epochs_run"] == 4
+    assert "epoch 1/3" not in again.stdout  # the finished epoch is not trained again
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["folds"][0]["epochs_run"] == 3
+
+
+def worker_pids(launcher: int) -> list[int]:
+    """The parallel launcher's worker processes (not multiprocessing's resource tracker)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == launcher and b"spawn_main" in cmdline:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
+def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_finishes_it(tmp_path):
+    from test_sweeps import records, sweep_command, sweep_env
+
+    sweep_dir = tmp_path / "sweep"
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30))
+    command = sweep_command(
+        "smoke",
+        sweep_dir,
+        data,
+        "+experiment=transformer",
+        "encoder.layers=2",
+        "data.limit=null",
+        "logger=none",
+        "trainer.accelerator=cpu",
+        "trainer.max_epochs=3",
+        "hydra/launcher=parallel",
+        "hydra.launcher.gpus=[]",
+        "hydra.launcher.n_jobs=2",
+    )
+    env = sweep_env(tmp_path)
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(log, "epoch 1/3", process)
+        workers = worker_pids(process.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGTERM)
+        assert process.wait(timeout=300) != 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    first = log.read_text()
+    assert "interrupted by SIGTERM in fold " in first
+    assert "FAILED, 1/2 done" in first or "FAILED, 2/2 done" in first
+    assert "sweep: 1 of 2 jobs failed (#" in first and "the same command runs them again" in first
+    assert len(records(sweep_dir)) == 1  # the other job finished; the stopped one left no record
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "resuming " in again.stdout + again.stderr
+    assert len(records(sweep_dir)) == 2 and (sweep_dir / "report.md").is_file()

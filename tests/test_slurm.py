@@ -170,3 +170,104 @@ def test_smoke_sweep_on_slurm_resumes_after_scancel(tmp_path, partition, train_t
         assert (sweep_dir / name).is_file(), name
     report = pd.read_csv(sweep_dir / "report.csv")
     assert len(report) == 4 and (report["folds"] == 2).all(), report
+
+
+# --- a time limit and `scontrol requeue`: the job saves its state, is requeued and resumes -------
+
+ONE_FOLD = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]
+
+
+def one_job_command(sweep_dir: Path, train_tsv: Path, partition: str, timeout_min: int, *extra: str) -> list[str]:
+    return sweep_command(
+        "smoke",
+        sweep_dir,
+        train_tsv,
+        *ONE_FOLD,
+        "hydra/launcher=slurm",
+        f"hydra.launcher.partition={partition}",
+        "hydra.launcher.gpus_per_node=null",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=2",
+        f"hydra.launcher.timeout_min={timeout_min}",
+        *extra,
+        limit=None,
+    )
+
+
+def allocations(task: str) -> list[str]:
+    """The states of every allocation the array task had (sacct -D lists the requeued ones too)."""
+    return slurm("sacct", "-n", "-X", "-D", "-j", task, "-o", "State").split()
+
+
+def finished_fold(sweep_dir: Path) -> dict:
+    found = records(sweep_dir)
+    assert len(found) == 1, found
+    return next(iter(found.values()))
+
+
+def test_a_job_that_needs_more_than_its_time_limit_requeues_itself_and_finishes(tmp_path, partition, train_tsv):
+    """A 2-minute limit with the time-limit signal a minute before it, for a fold of more than a
+    minute's training: it saves at a step, requeues itself in its array slot and resumes there,
+    until it has trained every epoch."""
+    sweep_dir = tmp_path / "sweep"
+    epochs = 30
+    command = one_job_command(
+        sweep_dir,
+        train_tsv,
+        partition,
+        2,
+        "hydra.launcher.signal_delay_s=60",
+        "slurm.max_requeues=6",
+        "data.limit=1500",
+        f"trainer.max_epochs={epochs}",
+        f"trainer.early_stopping_patience={epochs}",
+    )
+    done = subprocess.run(command, cwd=tmp_path, env=sweep_env(tmp_path), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (array,) = array_ids(sweep_dir)
+    states = allocations(f"{array}_0")
+    print(f"array task {array}_0: allocations {states}; {job_logs(sweep_dir, array)[-600:]}")
+    assert len(states) >= 2 and "REQUEUED" in states and states[-1] == "COMPLETED", states
+    fold = finished_fold(sweep_dir)
+    assert fold["epochs_run"] == epochs and fold["diverged"] is None
+
+
+def test_scontrol_requeue_of_a_running_task_resumes_it(tmp_path, partition, train_tsv):
+    sweep_dir = tmp_path / "sweep"
+    epochs = 6
+    command = one_job_command(
+        sweep_dir,
+        train_tsv,
+        partition,
+        20,
+        "data.limit=1500",
+        f"trainer.max_epochs={epochs}",
+        f"trainer.early_stopping_patience={epochs}",
+    )
+    log_path = tmp_path / "submit.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command, cwd=tmp_path, env=sweep_env(tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while True:  # once the task has trained its first epoch
+            assert process.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-4000:]
+            arrays = array_ids(sweep_dir)
+            if arrays and f"epoch 1/{epochs}" in job_logs(sweep_dir, arrays[0]):
+                break
+            time.sleep(0.5)
+        task = f"{arrays[0]}_0"
+        slurm("scontrol", "requeue", task)
+        assert process.wait(timeout=SWEEP_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    states = allocations(task)
+    logs = job_logs(sweep_dir, arrays[0])
+    print(f"array task {task}: allocations {states}")
+    assert "REQUEUED" in states and states[-1] == "COMPLETED", states
+    assert "fold 0: resuming " in logs, logs[-3000:]
+    assert finished_fold(sweep_dir)["epochs_run"] == epochs
