@@ -93,7 +93,9 @@ class ResumeCheckpoint(ModelCheckpoint):
             self._stop(trainer, f"step {done} of {trainer.num_training_batches}")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if interrupts.requested() is not None:
+        # After the fit's last epoch (or early stopping's) the fold is done: it is recorded, then the job stops.
+        last_epoch = trainer.should_stop or trainer.current_epoch + 1 >= trainer.max_epochs
+        if interrupts.requested() is not None and not last_epoch:
             self._stop(trainer, "its end")
         if time.monotonic() - self._last_write >= self.min_interval_s:
             super().on_train_epoch_end(trainer, pl_module)

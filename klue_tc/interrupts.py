@@ -68,7 +68,7 @@ def requested() -> Optional[int]:
 def resume_command() -> str:
     """The command that started this process (the same command resumes it)."""
     if in_submitit():  # its process was started by submitit, not by the user's command
-        return "the sweep's command again"
+        return "the sweep's command again (a job SLURM requeued resumes by itself)"
     return shlex.join(["python", "-m", "klue_tc", *sys.argv[1:]])
 
 
@@ -98,7 +98,8 @@ def _handle(signum: int, frame) -> None:
     if _state.signum is None:
         _state.signum, _state.at = signum, now
         if not _state.at_step_boundary:
-            raise JobInterrupted(signum, "before its training state could be saved: nothing new was lost")
+            # Data, tokenizer or scoring: no step to finish, so at once; files are written atomically.
+            raise JobInterrupted(signum, "outside training steps (stopped at once, from the state saved last)")
         log.warning("%s received: saving the training state at the next step", signal.Signals(signum).name)
     elif now - _state.at >= INSIST_AFTER_S:
         raise JobInterrupted(signum, "again: stopped at once, from the training state saved last")

@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from klue_tc import interrupts
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
 from klue_tc.files import atomic_write_text
@@ -199,6 +200,8 @@ def train_folds(
             store.put(key, k, record, resolved)
             store.discard_training_state(key, k)
             trained[k] = record
+            if interrupts.requested() is not None:  # asked to stop as the fold's training ended
+                raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job_start = time.perf_counter()  # the next fold's time to first step starts here
     return trained
 
