@@ -30,6 +30,7 @@ def main(cfg: DictConfig) -> float:
             print(f"error: {outcome}", file=sys.stderr, flush=True)
             raise outcome from None
         print(outcome.line(), file=sys.stderr, flush=True)
+        outcome.announced = True
         if HydraConfig.get().mode == RunMode.MULTIRUN and not interrupts.in_submitit():
             raise outcome from None  # to the parallel launcher, which reports the job as failed; else the end
         # A single run, or a SLURM job: no result for submitit, whose command waits for the requeued job.
@@ -67,5 +68,7 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 if __name__ == "__main__":
     try:
         main()
-    except interrupts.JobInterrupted as stop:  # a sweep run in this process: its job said where it stopped
+    except interrupts.JobInterrupted as stop:  # a sweep stopped: by its job in this process, or its launcher
+        if not stop.announced:
+            print(stop.line(), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_code) from None

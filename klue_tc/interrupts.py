@@ -35,6 +35,7 @@ class JobInterrupted(BaseException):
     def __init__(self, signum: int, where: str = "", requeued: bool = False):
         super().__init__(signum, where, requeued)
         self.signum, self.where, self.requeued = signum, where, requeued
+        self.announced = False  # its line has been printed
 
     @property
     def exit_code(self) -> int:
