@@ -253,17 +253,17 @@ def finished_fold(sweep_dir: Path) -> dict:
 
 
 def test_a_job_that_needs_more_than_its_time_limit_requeues_itself_and_finishes(tmp_path, partition, train_tsv):
-    """A 2-minute limit with the time-limit signal a minute before it, for a fold of more than a
-    minute's training: it saves at a step, requeues itself in its array slot and resumes there,
-    until it has trained every epoch."""
+    """A 2-minute limit with the time-limit signal 30 s before it, for a fold of more training than
+    one allocation leaves after start-up (on 2 shared cores): it saves at a step, requeues itself
+    in its array slot and resumes there, until it has trained every epoch."""
     sweep_dir = tmp_path / "sweep"
-    epochs = 12
+    epochs = 8
     command = one_job_command(
         sweep_dir,
         train_tsv,
         partition,
         2,
-        "hydra.launcher.signal_delay_s=60",
+        "hydra.launcher.signal_delay_s=30",
         "slurm.max_requeues=6",
         "data.limit=1500",
         f"trainer.max_epochs={epochs}",
