@@ -284,3 +284,29 @@ def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "resuming " in again.stdout + again.stderr
     assert len(records(sweep_dir)) == 2 and (sweep_dir / "report.md").is_file()
+
+
+def test_the_parallel_launcher_reports_an_interrupted_or_lost_job_as_failed():
+    from concurrent.futures.process import BrokenProcessPool
+
+    from hydra.core.utils import JobStatus
+
+    from hydra_plugins.klue_tc_launcher.parallel_launcher import (
+        SweepJobFailed,
+        SweepProgress,
+        failed_return,
+        failure_summary,
+        why_failed,
+    )
+
+    stop = interrupts.JobInterrupted(signal.SIGTERM, "in fold 1, epoch 2, at step 3 of 9: its training state is saved")
+    why = why_failed(stop)
+    assert why == "interrupted by SIGTERM in fold 1, epoch 2, at step 3 of 9: its training state is saved"
+    ret = failed_return(["+experiment=cnn", "cv.fold=1"], 3, why)
+    assert ret.status == JobStatus.FAILED
+    with pytest.raises(SweepJobFailed, match=r"sweep job #3 \(\+experiment=cnn cv.fold=1\) failed: interrupted"):
+        _ = ret.return_value  # what the sweeper reads: it raises the failure
+    assert "worker process died" in why_failed(BrokenProcessPool())
+    line = SweepProgress(2).line(3, 0.0, False, failed=True)
+    assert line.startswith("sweep: job #3 FAILED, 1/2 done")
+    assert failure_summary({3: why}, 2).startswith("sweep: 1 of 2 jobs failed (#3: interrupted by SIGTERM")
