@@ -310,3 +310,45 @@ def test_the_parallel_launcher_reports_an_interrupted_or_lost_job_as_failed():
     line = SweepProgress(2).line(3, 0.0, False, failed=True)
     assert line.startswith("sweep: job #3 FAILED, 1/2 done")
     assert failure_summary({3: why}, 2).startswith("sweep: 1 of 2 jobs failed (#3: interrupted by SIGTERM")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
+def test_sigterm_to_the_parallel_launcher_stops_every_job_at_a_step_and_the_rerun_resumes_them(tmp_path):
+    from test_sweeps import records, sweep_command, sweep_env
+
+    sweep_dir = tmp_path / "sweep"
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30))
+    command = sweep_command(
+        "smoke",
+        sweep_dir,
+        data,
+        "+experiment=transformer",
+        "encoder.layers=2",
+        "data.limit=null",
+        "logger=none",
+        "trainer.accelerator=cpu",
+        "trainer.max_epochs=3",
+        "hydra/launcher=parallel",
+        "hydra.launcher.gpus=[]",
+        "hydra.launcher.n_jobs=2",
+    )
+    env = sweep_env(tmp_path)
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(log, "epoch 1/3", process)
+        process.send_signal(signal.SIGTERM)  # to the launcher alone: it passes the stop on to its workers
+        assert process.wait(timeout=300) == 143
+    finally:
+        if process.poll() is None:
+            process.kill()
+    first = log.read_text()
+    assert first.count("interrupted by SIGTERM in fold ") + first.count("FAILED") >= 2, first[-3000:]
+    assert first.strip().splitlines()[-1].startswith("interrupted by SIGTERM with ")
+    assert not worker_pids(process.pid)
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert len(records(sweep_dir)) == 2
