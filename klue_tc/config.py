@@ -222,10 +222,14 @@ class OptimConfig:
     # Late regularization (after Liu et al. 2023): token masking, its masked-LM loss and R-Drop
     # begin at this epoch, so the first epochs fit at full speed.
     regularize_from_epoch: int = 0
+    # Steps whose loss is NaN or infinite that are skipped (no update) before the fold is stopped
+    # and recorded as diverged; 0: it stops at the first one.
+    skip_nonfinite_steps: int = 0
 
     def checks(self) -> list[Check]:
         return [
             (self.lr > 0, f"optim.lr must be > 0, got {self.lr}"),
+            at_least("optim.skip_nonfinite_steps", self.skip_nonfinite_steps, 0),
             at_least("optim.weight_decay", self.weight_decay, 0.0),
             share("optim.warmup_ratio", self.warmup_ratio),
             one_of("optim.schedule", self.schedule, ("cosine", "linear", "constant")),
@@ -310,6 +314,16 @@ class ResultsConfig:
 
 
 @dataclass
+class SlurmConfig:
+    # How often a job stopped by its time limit's signal puts itself back in the queue, counting
+    # SLURM's own requeues (preemption, `scontrol requeue`); after that it fails with one line.
+    max_requeues: int = 3
+
+    def checks(self) -> list[Check]:
+        return [at_least("slurm.max_requeues", self.max_requeues, 0)]
+
+
+@dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
     sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; names the W&B group
@@ -324,6 +338,7 @@ class RunConfig:
     logger: LoggerConfig = outside_results_key(default_factory=LoggerConfig)
     cv: CVConfig = field(default_factory=CVConfig)
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
+    slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -364,6 +379,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.trainer,
         run.cv,
         run.results,
+        run.slurm,
     ):
         for ok, message in section.checks():
             if not ok:

@@ -69,6 +69,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.bucketing, self.pool = bucketing, batch_size * multiplier
         self.seed, self.epoch = seed, 0
+        self.resume_epoch, self.resume_after = -1, 0  # an interrupted epoch goes on after this many batches
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
@@ -93,6 +94,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
         if self.shuffle and self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.epoch - 1 == self.resume_epoch:  # the same order, less the batches trained before the stop
+            batches, self.resume_epoch = batches[self.resume_after :], -1
         yield from batches
 
 
@@ -105,7 +108,13 @@ class EncodedSplit:
 
 
 def make_loader(
-    split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0, pad_to: Optional[int] = None
+    split: EncodedSplit,
+    cfg: DataConfig,
+    pad_id: int,
+    train: bool,
+    seed: int = 0,
+    pad_to: Optional[int] = None,
+    resume_at: tuple[int, int] = (-1, 0),
 ) -> DataLoader:
     sampler = BucketBatchSampler(
         split.encoded.lengths,
@@ -115,6 +124,7 @@ def make_loader(
         bucketing=cfg.bucketing,
         multiplier=cfg.bucket_size_multiplier,
     )
+    sampler.resume_epoch, sampler.resume_after = resume_at
     dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
     return DataLoader(
         dataset,
@@ -134,16 +144,42 @@ class FoldDataModule(L.LightningDataModule):
         self.train, self.val, self.cfg, self.pad_id, self.seed = train, val, cfg, pad_id, seed
         # The notebook's path pads everything to the longest training title.
         self.pad_to = int(train.encoded.lengths.max())
+        self.resume_at = (-1, 0)  # (epoch, batches done) of an epoch stopped part-way
+
+    def state_dict(self) -> dict:
+        """Saved in the fold's resumable checkpoint: how far the epoch under way has come."""
+        if self.trainer is None:
+            return {}
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": self.trainer.current_epoch, "batches_done": done}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict:
+            self.resume_at = (state_dict["epoch"], state_dict["batches_done"])
 
     def train_dataloader(self) -> DataLoader:
         if self.train.resample is None:
-            return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+            return make_loader(
+                self.train,
+                self.cfg,
+                self.pad_id,
+                train=True,
+                seed=self.seed,
+                pad_to=self.pad_to,
+                resume_at=self.resume_at,
+            )
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         split = EncodedSplit(self.train.resample(epoch), self.train.labels)
         return make_loader(
-            split, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=int(split.encoded.lengths.max())
+            split,
+            self.cfg,
+            self.pad_id,
+            train=True,
+            seed=self.seed,
+            pad_to=int(split.encoded.lengths.max()),
+            resume_at=self.resume_at,
         )
 
     def val_dataloader(self) -> DataLoader:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, astuple, fields
 from functools import reduce
@@ -24,6 +25,12 @@ from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
 
 MLM_ROW_BUCKET = 256
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(Exception):
+    """The loss stopped being finite (more often than optim.skip_nonfinite_steps allows)."""
 
 
 def _metrics(prefix: str) -> MetricCollection:
@@ -134,6 +141,7 @@ class TopicClassifierModule(L.LightningModule):
         # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
+        self.nonfinite_steps = 0
 
     @classmethod
     def from_configs(
@@ -170,9 +178,28 @@ class TopicClassifierModule(L.LightningModule):
             mlm_loss = self.masked_lm_loss(states, original, picked) if masking else self._unused_head_loss()
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
+        if not torch.isfinite(loss):
+            return self.skip_nonfinite(loss)
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
+
+    def skip_nonfinite(self, loss: torch.Tensor) -> None:
+        """No update from a step whose loss is NaN or infinite (Lightning skips the step when
+        training_step returns None); past optim.skip_nonfinite_steps of them, the fold stops."""
+        self.nonfinite_steps += 1
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        step, epoch = self.global_step + 1, self.current_epoch + 1
+        where = f"loss {loss.item()} at step {step} (epoch {epoch}), learning rate {lr:.3g}"
+        if self.nonfinite_steps > self.optim_cfg.skip_nonfinite_steps:
+            raise TrainingDiverged(f"{where}, after {self.nonfinite_steps - 1} skipped non-finite step(s)")
+        log.warning(
+            "%s: step skipped (%d of optim.skip_nonfinite_steps=%d)",
+            where,
+            self.nonfinite_steps,
+            self.optim_cfg.skip_nonfinite_steps,
+        )
+        return None
 
     def augment(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""

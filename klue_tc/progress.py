@@ -22,6 +22,8 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # A fold stopped part-way through an epoch resumes at its next batch: FoldDataModule keeps the place.
+    warnings.filterwarnings("ignore", message=".*ended before the epoch ended.*")
     # Lightning's hint to launch with srun where SLURM is installed: sweeps use submitit instead.
     warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
 

@@ -89,6 +89,8 @@ class FoldResult:
     device: str = ""  # what trained it: the GPU's name, or the CPU's model
     threads: int = 0  # torch's CPU threads
     validation: Optional[ValidationScore] = None  # this fold's model alone on the validation set
+    # Where its loss stopped being finite (its F1 is NaN then, left out of every mean); None: it did not.
+    diverged: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,6 +141,7 @@ class RunResult:
             "cv_accuracy_mean": accuracy.mean,
             "cv_accuracy_std": accuracy.std,
             "train_samples_per_s": speed.mean if speed.n else None,
+            "diverged_folds": [r.fold for r in self.folds if r.diverged],
             "reused_folds": self.reused_folds,
             "reused_from_other_code": self.reused_from_other_code,
             "code_versions": sorted({r.code.label() for r in self.folds if r.code}),

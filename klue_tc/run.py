@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from klue_tc import interrupts
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
 from klue_tc.files import atomic_write_text, tolerate_full_disk_in_logs
@@ -78,7 +79,8 @@ def run_job(cfg: DictConfig) -> float:
         log_aggregate(run, metrics, run_dir, wandb_group(run, key))
     print(f"run directory: {run_dir}", flush=True)
     print(final_line(metrics), flush=True)
-    score = metrics["cv_f1_mean"]
+    # A configuration with a diverged fold is no candidate: NaN, a failed trial for Optuna.
+    score = float("nan") if metrics["diverged_folds"] else metrics["cv_f1_mean"]
     if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
         # hydra-optuna-sweeper 1.3 with optuna 2.x ends the whole study on a NaN objective, while
         # an exception is recorded as one failed trial and the study goes on.
@@ -211,6 +213,8 @@ def train_folds(
             store.put(key, k, record, resolved)
             store.discard_training_state(key, k)
             trained[k] = record
+            if interrupts.requested() is not None:  # asked to stop as the fold's training ended
+                raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job_start = time.perf_counter()  # the next fold's time to first step starts here
     return trained
 
@@ -308,6 +312,8 @@ def final_line(metrics: dict) -> str:
     )
     if "validation_f1" in metrics:
         line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
+    if metrics.get("diverged_folds"):
+        line += f"; fold(s) {', '.join(map(str, metrics['diverged_folds']))} diverged (left out of the mean)"
     reused = [f for f in metrics["folds"] if f["fold"] in metrics["reused_folds"]]
     if reused:
         since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")

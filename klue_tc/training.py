@@ -20,6 +20,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
+from klue_tc import interrupts
 from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
 from klue_tc.checkpoints import (
     RESUME_CHECKPOINT_EVERY_S,
@@ -34,7 +35,7 @@ from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.evaluate import score_fold
 from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
-from klue_tc.module import TopicClassifierModule
+from klue_tc.module import TopicClassifierModule, TrainingDiverged
 from klue_tc.records import FoldResult
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
@@ -140,7 +141,7 @@ def train_fold(
         save_weights_only=not averaging,
         enable_version_counter=False,
     )
-    latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S)
+    latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S, fold)
     early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
     trainer = make_trainer(
         run.trainer,
@@ -149,9 +150,15 @@ def train_fold(
         [*averaging, monitor, RandomState(), best, latest, early_stop, *callbacks],
         reload_train_data=prepared.train.resample is not None,
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    diverged = None
+    try:
+        with interrupts.at_step_boundaries():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except TrainingDiverged as err:
+        diverged = str(err)
+        log.warning("fold %d diverged: %s; its record is marked diverged, left out of the CV mean", fold, diverged)
     checkpoint = None
-    if best.best_model_path:
+    if best.best_model_path and diverged is None:
         checkpoint = fold_dir / "best.ckpt"
         save_weights_only(Path(best.best_model_path), checkpoint)
     with reporting_full_disk(fold_dir / "tokenizer"):
@@ -172,7 +179,10 @@ def train_fold(
         precision=default_precision(run.trainer),
         device=device_name(run.trainer),
         threads=torch.get_num_threads(),
+        diverged=diverged,
     )
+    if diverged is not None:
+        result.f1 = result.accuracy = float("nan")
     if validation is not None and checkpoint is not None:
         result.validation = score_fold(result, validation, run.data.eval_batch_size)
     return result

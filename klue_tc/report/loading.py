@@ -51,10 +51,13 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     rows += stored_rows(directory)
     if not rows:
         raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
-    frame = pd.DataFrame(rows).dropna(subset=["f1"]).drop_duplicates(["config_hash", "fold"], keep="last")
+    every = pd.DataFrame(rows).drop_duplicates(["config_hash", "fold"], keep="last")
+    frame = every.dropna(subset=["f1"])
     if frame.empty:
         raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    frame.attrs["diverged"] = every[every["diverged"] != ""].to_dict("records")  # listed, never averaged
+    return frame
 
 
 def store_roots(directory: Path) -> list[Path]:
@@ -89,6 +92,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "code": record.code.label() if record.code else "unknown",
         "precision": record.precision,
         "device": record.device or "unknown",
+        "diverged": record.diverged or "",
         "val_size": record.val_size,  # the held-out titles the fold's F1 was measured on
         "classes": class_count(record),
     }

@@ -205,6 +205,19 @@ def to_markdown(
     return "\n".join(lines)
 
 
+def diverged_lines(diverged: list[dict]) -> str:
+    """The folds whose loss stopped being finite: listed apart, left out of every mean above."""
+    if not diverged:
+        return ""
+    lines = ["", "## Diverged folds", "", "Left out of every mean above:", ""]
+    lines += [
+        f"- {row['encoder']}, {row['ln']}-LN, {row['layers']} layers, head {row['head']}, {row['tokenizer']} "
+        f"({row['config_hash']}), fold {row['fold']}: {row['diverged']}"
+        for row in diverged
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def device_lines(folds: pd.DataFrame) -> list[str]:
     """Where the records were trained; seconds compare only within one machine."""
     devices = folds["device"].value_counts().sort_index().sort_values(ascending=False, kind="stable")

@@ -11,7 +11,16 @@ from typing import Any, Optional
 import pandas as pd
 
 from klue_tc.report.loading import fold_frame, optuna_best, run_recipe
-from klue_tc.report.render import BASELINE, METRICS, Effects, Verdicts, f1_tables, print_tables, to_markdown
+from klue_tc.report.render import (
+    BASELINE,
+    METRICS,
+    Effects,
+    Verdicts,
+    diverged_lines,
+    f1_tables,
+    print_tables,
+    to_markdown,
+)
 from klue_tc.report.summary import baseline_scores, missing_cells, per_configuration, shared_cells, summarise_configs
 
 log = logging.getLogger(__name__)
@@ -102,7 +111,10 @@ def write_report(
         [p.name for p in plots],
         shared_cells(per_configuration(folds), best),
     )
-    (directory / "report.md").write_text(markdown, encoding="utf-8")
+    diverged = folds.attrs.get("diverged", [])
+    for row in diverged:
+        log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
+    (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
     summary.to_csv(directory / "report.csv", index=False)
     print_tables(f1_tables(summary, "f1"))
     if reference is not None:
