@@ -1,6 +1,7 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
 
 import shutil
+import sys
 from pathlib import Path
 
 import hydra
@@ -53,4 +54,5 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
     main()

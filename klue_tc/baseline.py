@@ -33,7 +33,7 @@ def score_on_folds(config: dict, cache: Path | None = None) -> list[dict]:
 
     data_cfg = DataConfig(**{k: v for k, v in config["data"].items() if k in DataConfig.__dataclass_fields__})
     data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, config.get("seed", 42))
-    validation = validation_titles(data_cfg) if data_cfg.validation_path else None
+    validation = validation_titles(data_cfg, data.label_names) if data_cfg.validation_path else None
     key = {
         "data": data.fingerprint(),
         "folds": config["cv"]["folds"],

@@ -92,6 +92,9 @@ class DataConfig:
     # Column names in a local file (null: the first of title/text, and of label/topic_idx).
     title_column: Optional[str] = outside_results_key(None)
     label_column: Optional[str] = outside_results_key(None)
+    # The label set, in id order (ids in a file index it); null: read from the training file, YNAT's
+    # seven for KLUE YNAT data. Outside the key because the titles' fingerprint holds the label set.
+    labels: Optional[list[str]] = outside_results_key(None)
     hub_repo: str = outside_results_key("klue/klue")
     hub_config: str = outside_results_key("ynat")
     batch_size: int = 256
@@ -112,6 +115,10 @@ class DataConfig:
             at_least("data.batch_size", self.batch_size, 1),
             at_least("data.eval_batch_size", self.eval_batch_size, 1),
             at_least("data.pad_multiple", self.pad_multiple, 1),
+            (
+                self.labels is None or (len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels)),
+                f"data.labels must name two or more distinct labels, got {self.labels}",
+            ),
         ]
 
 

@@ -40,6 +40,7 @@ class PreparedFold:
     tokenizer_key: str
     train: EncodedSplit
     val: EncodedSplit
+    label_names: tuple[str, ...]  # the classes the model predicts, in id order
 
 
 def prepare_fold(
@@ -63,6 +64,7 @@ def prepare_fold(
         key,
         EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
+        data.label_names,
     )
 
 
@@ -110,7 +112,13 @@ def train_fold(
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+        prepared.tokenizer.vocab_size,
+        prepared.tokenizer.specials,
+        run.encoder,
+        run.head,
+        run.optim,
+        run.augment,
+        prepared.label_names,
     )
     if run.trainer.compile:
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
