@@ -190,7 +190,7 @@ def train_folds(
                     logger,
                     job_start,
                     store.training_state_dir(key, k),
-                    callbacks=[progress.callback(k)],
+                    callbacks=[progress.callback(k), progress.bar()],
                     validation=inputs.validation,
                 )
             finally:

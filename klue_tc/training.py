@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
 from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
@@ -72,8 +72,11 @@ def make_trainer(
     cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list, reload_train_data: bool = False
 ) -> L.Trainer:
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
+    # A caller's own bar (klue_tc.progress) is used when a bar is shown, and left out when not.
+    own_bars = [c for c in callbacks if isinstance(c, ProgressBar)]
+    callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if show_bar:
-        callbacks = [*callbacks, RichProgressBar()]
+        callbacks = [*callbacks, *(own_bars[:1] or [RichProgressBar()])]
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
