@@ -41,8 +41,7 @@ def one_line(err: BaseException) -> str | None:
             return unknown_key_line(override.group(1), missing_key.group(2))
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         if "LexerNoViableAltException" in text or "mismatched input" in text:
-            # The grammar's error names a position, not the fix; the usual cause is a value with spaces or symbols.
-            lines = [lines[0].split(" See https://")[0], QUOTING_HINT]
+            return quoting_line(text)
         cause = err.__cause__
         if isinstance(cause, OmegaConfBaseException):
             lines = lines[:1] + [str(cause).splitlines()[0]]
@@ -50,10 +49,19 @@ def one_line(err: BaseException) -> str | None:
     return None
 
 
-QUOTING_HINT = (
-    "a value with spaces or symbols Hydra's override grammar reserves must be quoted, the whole override "
-    """in single quotes for the shell: 'data.title_column="기사 제목"'"""
-)
+def quoting_line(text: str) -> str:
+    """Hydra's grammar error names a position, not the fix: the override it could not read, and
+    the same override quoted as the grammar and the shell need it."""
+    override = next((a for a in sys.argv[1:] if "=" in a and a in text), None)
+    if override is None:
+        first = text.splitlines()[0].split(" See https://")[0]
+        return f"{first}: a value with symbols Hydra's override grammar reserves must be quoted: 'key=\"value\"'"
+    key, _, value = override.partition("=")
+    return (
+        f"{override}: Hydra's override grammar cannot read this value; quote it, the whole override in "
+        f"""single quotes for the shell: '{key}="{value}"'"""
+    )
+
 
 # A run of characters that holds a non-ASCII one and none that Hydra's grammar gives a meaning to.
 _NON_ASCII_WORD = re.compile(r"""[^,\[\]{}()'"=:$\\]*[^\x00-\x7f][^,\[\]{}()'"=:$\\]*""")

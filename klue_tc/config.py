@@ -248,6 +248,11 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
 
 
+# Lightning's precision settings (its short forms 16, 32, 64 and bf16 included), checked here so
+# that a typo is one line at start-up, not Lightning's traceback once the data are ready.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+
+
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
@@ -271,6 +276,11 @@ class TrainerConfig:
             at_least("trainer.early_stopping_patience", self.early_stopping_patience, 1),
             one_of("trainer.accelerator", self.accelerator, ACCELERATORS),
             one_of("trainer.progress_bar", self.progress_bar, ("auto", "rich", "none")),
+            (
+                self.precision is None or str(self.precision) in PRECISIONS,
+                f"trainer.precision must be one of {', '.join(PRECISIONS)}, or null for the device's default;"
+                f" got {self.precision}",
+            ),
         ]
 
 
@@ -306,7 +316,8 @@ class CVConfig:
 
 @dataclass
 class ResultsConfig:
-    dir: Optional[str] = None  # null: <sweep dir>/results in a multirun, outputs/results beside a single run
+    # null: <sweep dir>/results in a named sweep (a sweep file), else outputs/results (single runs, ad hoc -m)
+    dir: Optional[str] = None
     resume: bool = True  # false: retrain even when a finished record exists
     # Records made by other code (another klue_tc source or library versions) are trained again;
     # `any` reuses them (a long sweep going on across a fix that does not change the numbers).

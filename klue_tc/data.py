@@ -300,15 +300,26 @@ BUNDLED_TRAIN = Path(__file__).parent / "resources" / "ynat-v1.1-train.tsv.xz"
 BUNDLED_TRAIN_SHA256 = "6230d4cfaf127306b21be363e4220c930f4e0a1bc657ae14361bdd596226873d"  # of the .tsv inside
 
 
-def training_titles(cfg: DataConfig) -> LabelledTitles:
+_said_once: set[str] = set()
+
+
+def _warn_once(message: str, *args) -> None:
+    """A warning a process gives once: a sweep's jobs in one process meet the same offline hub."""
+    text = message % args
+    if text not in _said_once:
+        _said_once.add(text)
+        log.warning(text)
+
+
+def training_titles(cfg: DataConfig, announce_fallback: bool = True) -> LabelledTitles:
     """`data.path`, else KLUE YNAT train from the hub, else (offline, nothing cached) the copy
-    bundled with klue_tc, with one line saying so."""
+    bundled with klue_tc, with one line saying so (unless `announce_fallback` is false)."""
     if cfg.path:
         return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column, cfg.labels)
     try:
         return load_hub_split(cfg.hub_repo, cfg.hub_config, "train", cfg.labels or LABEL_NAMES)
     except ResourceError as err:
-        log.warning(
+        (_warn_once if announce_fallback else log.debug)(
             "%s; using the KLUE YNAT v1.1 train split bundled with klue_tc (%s, CC BY-SA 4.0)",
             str(err).split(";")[0],
             BUNDLED_TRAIN.name,
@@ -326,7 +337,7 @@ def validation_titles(cfg: DataConfig, label_names: Sequence[str] = LABEL_NAMES)
         try:
             return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation", label_names)
         except ResourceError as err:
-            log.warning(
+            _warn_once(
                 "%s; no validation set is scored (pass data.validation_path= to score one)", str(err).split(";")[0]
             )
     return None

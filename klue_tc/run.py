@@ -34,7 +34,9 @@ def results_root(run: RunConfig) -> Path:
     if run.results.dir:
         return Path(run.results.dir).expanduser()
     hydra = HydraConfig.get()
-    if hydra.mode == RunMode.MULTIRUN:
+    # A named sweep (a sweep file) keeps its records in its own, stable folder; an ad hoc `-m`
+    # shares the single runs' store, since its timestamped folder is new at every re-run.
+    if hydra.mode == RunMode.MULTIRUN and run.sweep:
         return Path(hydra.sweep.dir) / "results"
     return Path("outputs/results")
 
