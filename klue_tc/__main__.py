@@ -75,6 +75,7 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
     try:
         main()
     except interrupts.JobInterrupted as stop:  # a sweep stopped: by its job in this process, or its launcher

@@ -33,8 +33,9 @@ def score_on_folds(data_cfg: DataConfig, cv: CVConfig, seed: int, cache: Path | 
     from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
     from klue_tc.files import atomic_write_text
 
-    data = stratified_subsample(training_titles(data_cfg), data_cfg.limit, seed)
-    validation = validation_titles(data_cfg) if data_cfg.validation_path else None
+    # The runs said where their titles came from; the report reading them again need not.
+    data = stratified_subsample(training_titles(data_cfg, announce_fallback=False), data_cfg.limit, seed)
+    validation = validation_titles(data_cfg, data.label_names) if data_cfg.validation_path else None
     key = {
         "data": data.fingerprint(),
         "folds": cv.folds,

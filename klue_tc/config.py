@@ -92,6 +92,9 @@ class DataConfig:
     # Column names in a local file (null: the first of title/text, and of label/topic_idx).
     title_column: Optional[str] = outside_results_key(None)
     label_column: Optional[str] = outside_results_key(None)
+    # The label set, in id order (ids in a file index it); null: read from the training file, YNAT's
+    # seven for KLUE YNAT data. Outside the key because the titles' fingerprint holds the label set.
+    labels: Optional[list[str]] = outside_results_key(None)
     hub_repo: str = outside_results_key("klue/klue")
     hub_config: str = outside_results_key("ynat")
     batch_size: int = 256
@@ -112,6 +115,10 @@ class DataConfig:
             at_least("data.batch_size", self.batch_size, 1),
             at_least("data.eval_batch_size", self.eval_batch_size, 1),
             at_least("data.pad_multiple", self.pad_multiple, 1),
+            (
+                self.labels is None or (len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels)),
+                f"data.labels must name two or more distinct labels, got {self.labels}",
+            ),
         ]
 
 
@@ -245,6 +252,11 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
 
 
+# Lightning's precision settings (its short forms 16, 32, 64 and bf16 included), checked here so
+# that a typo is one line at start-up, not Lightning's traceback once the data are ready.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+
+
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
@@ -268,6 +280,11 @@ class TrainerConfig:
             at_least("trainer.early_stopping_patience", self.early_stopping_patience, 1),
             one_of("trainer.accelerator", self.accelerator, ACCELERATORS),
             one_of("trainer.progress_bar", self.progress_bar, ("auto", "rich", "none")),
+            (
+                self.precision is None or str(self.precision) in PRECISIONS,
+                f"trainer.precision must be one of {', '.join(PRECISIONS)}, or null for the device's default;"
+                f" got {self.precision}",
+            ),
         ]
 
 
@@ -303,7 +320,8 @@ class CVConfig:
 
 @dataclass
 class ResultsConfig:
-    dir: Optional[str] = None  # null: <sweep dir>/results in a multirun, outputs/results beside a single run
+    # null: <sweep dir>/results in a named sweep (a sweep file), else outputs/results (single runs, ad hoc -m)
+    dir: Optional[str] = None
     resume: bool = True  # false: retrain even when a finished record exists
     # Records made by other code (another klue_tc source or library versions) are trained again;
     # `any` reuses them (a long sweep going on across a fix that does not change the numbers).

@@ -19,6 +19,7 @@ import lzma
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ from klue_tc.errors import DataError, ResourceError
 
 log = logging.getLogger(__name__)
 
-# Hugging Face `klue/klue` `ynat` label order.
+# Hugging Face `klue/klue` `ynat` label order: the label set of KLUE YNAT data and of runs that name none.
 LABEL_NAMES: tuple[str, ...] = ("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치")
 NUM_CLASSES = len(LABEL_NAMES)
 TEXT_COLUMNS = ("title", "text")
@@ -93,14 +94,19 @@ def decode_text(raw: bytes, name: str) -> str:
 @dataclass(frozen=True)
 class LabelledTitles:
     texts: list[str]
-    labels: np.ndarray  # int64 class ids, LABEL_NAMES order
+    labels: np.ndarray  # int64 class ids, in label_names order
     source: str
+    label_names: tuple[str, ...] = LABEL_NAMES
 
     def __len__(self) -> int:
         return len(self.texts)
 
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
     def subset(self, indices: np.ndarray) -> LabelledTitles:
-        return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source)
+        return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source, self.label_names)
 
     def fingerprint(self) -> str:
         """Content hash: caches are keyed on what the titles are, not where they came from."""
@@ -109,18 +115,26 @@ class LabelledTitles:
             digest.update(text.encode("utf-8"))
             digest.update(b"\n")
         digest.update(self.labels.astype(np.int64).tobytes())
+        if (
+            self.label_names != LABEL_NAMES
+        ):  # YNAT's fingerprints (and the results keys built on them) stay as they were
+            digest.update(json.dumps(self.label_names, ensure_ascii=False).encode("utf-8"))
         return digest.hexdigest()[:16]
 
     def class_counts(self) -> dict[str, int]:
-        counts = np.bincount(self.labels, minlength=NUM_CLASSES)
-        return {name: int(count) for name, count in zip(LABEL_NAMES, counts)}
+        counts = np.bincount(self.labels, minlength=self.num_classes)
+        return {name: int(count) for name, count in zip(self.label_names, counts)}
 
 
 def read_labelled_file(
-    path: str | Path, title_column: str | None = None, label_column: str | None = None
+    path: str | Path,
+    title_column: str | None = None,
+    label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
 ) -> LabelledTitles:
     """KLUE json, jsonl, csv or tsv (or any of them xz-compressed) with a title and a label column
-    (id 0-6 or Korean name); a UTF-8 BOM and Windows line ends are fine."""
+    (ids or names); a UTF-8 BOM and Windows line ends are fine. The label set is `label_names`
+    when given, else read from the file (`infer_label_names`)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise DataError(f"{path}: is a directory; pass the file inside it (e.g. {path}/train.tsv)")
@@ -140,7 +154,12 @@ def read_labelled_file(
     text = decode_text(raw, str(path))
     frame, locations = _parse(path_for_type, text, str(path))
     return from_frame(
-        frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
+        frame,
+        source=str(path),
+        locations=locations,
+        title_column=title_column,
+        label_column=label_column,
+        label_names=label_names,
     )
 
 
@@ -233,9 +252,11 @@ def from_frame(
     locations: list[str] | None = None,
     title_column: str | None = None,
     label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
 ) -> LabelledTitles:
     """Titles and label ids from a frame; `locations` names each row in error messages (default
-    "row N"); the columns are the given ones, else the first of TEXT_COLUMNS and LABEL_COLUMNS."""
+    "row N"); the columns are the given ones, else the first of TEXT_COLUMNS and LABEL_COLUMNS;
+    the label set is `label_names`, else the one the column holds (`infer_label_names`)."""
     if frame.empty:
         raise DataError(f"{source}: no data rows")
     frame = frame.rename(columns=lambda c: str(c).strip())  # "label " in a hand-made header
@@ -270,7 +291,9 @@ def from_frame(
             len(symbols_only),
             where(kept[symbols_only[0]]),
         )
-    labels = frame[label_col].map(_label_id)
+    names = tuple(label_names) if label_names else infer_label_names(frame[label_col])
+    name_to_id = {name: i for i, name in enumerate(names)}
+    labels = frame[label_col].map(lambda value: _label_id(value, name_to_id))
     unknown = np.flatnonzero(labels.isna().to_numpy())
     if len(unknown):
         row = unknown[0]
@@ -278,9 +301,10 @@ def from_frame(
         value = value.item() if isinstance(value, np.generic) else value  # 9, not np.int64(9)
         raise DataError(
             f"{source}: {where(kept[row])}: unknown label {value!r} in column {label_col!r};"
-            f" expected an id 0-{NUM_CLASSES - 1} or one of {', '.join(LABEL_NAMES)}"
+            f" expected an id 0-{len(names) - 1} or one of {', '.join(names)}"
+            + ("" if label_names else " (data.labels=[...] names a label set of your own)")
         )
-    return LabelledTitles(texts.tolist(), labels.to_numpy(dtype=np.int64), source)
+    return LabelledTitles(texts.tolist(), labels.to_numpy(dtype=np.int64), source, names)
 
 
 def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str, override: str) -> str:
@@ -293,23 +317,43 @@ def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, 
     )
 
 
-_NAME_TO_ID = {name: i for i, name in enumerate(LABEL_NAMES)}
-
-
-def _label_id(value) -> float:
-    """Class id for an id (int or digit string) or a Korean label name; NaN when unknown."""
+def _as_id(value) -> int | None:
+    """An int id (an int, or a string of digits), else None."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return float(value) if 0 <= value < NUM_CLASSES else np.nan
+        return int(value)
     text = str(value).strip()
-    if text in _NAME_TO_ID:
-        return float(_NAME_TO_ID[text])
-    if text.isdigit() and int(text) < NUM_CLASSES:
-        return float(text)
+    return int(text) if text.isdigit() else None
+
+
+def infer_label_names(column: pd.Series) -> tuple[str, ...]:
+    """The label set a column holds: names alone, none of them YNAT's, sorted; ids alone that are
+    every id 0..N-1 (and not YNAT's 0-6), named by their digits; anything else YNAT's seven, which
+    then names the labels outside it (a typo in a YNAT file is an error, not a new class)."""
+    # Missing and empty labels are left to the per-row check, which names their line.
+    values = [v for v in column.unique() if v is not None and not (isinstance(v, float) and np.isnan(v))]
+    values = [v for v in values if str(v).strip()]
+    ids = {_as_id(v) for v in values}
+    names = {str(v).strip() for v in values if _as_id(v) is None}
+    if names and ids == {None} and not names & set(LABEL_NAMES):
+        return tuple(sorted(names))
+    if not names and ids and ids == set(range(max(ids) + 1)) and len(ids) != NUM_CLASSES:
+        return tuple(str(i) for i in range(max(ids) + 1))
+    return LABEL_NAMES
+
+
+def _label_id(value, name_to_id: dict[str, int]) -> float:
+    """Class id for a label name, or for an id in range; NaN when unknown."""
+    text = str(value).strip()
+    if text in name_to_id:
+        return float(name_to_id[text])
+    number = _as_id(value)
+    if number is not None and 0 <= number < len(name_to_id):
+        return float(number)
     return np.nan
 
 
-def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
-    """KLUE YNAT from the hub's parquet files, cached by huggingface_hub."""
+def load_hub_split(repo: str, config: str, split: str, label_names: Sequence[str] = LABEL_NAMES) -> LabelledTitles:
+    """KLUE YNAT from the hub's parquet files, cached by huggingface_hub (ids in YNAT's order)."""
     try:
         from huggingface_hub import snapshot_download
 
@@ -324,39 +368,51 @@ def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
     if not files:
         raise ResourceError(f"{repo}: no {config}/{split} parquet files on the hub; pass data.path= instead")
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}")
+    return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}", label_names=label_names)
 
 
 BUNDLED_TRAIN = Path(__file__).parent / "resources" / "ynat-v1.1-train.tsv.xz"
 BUNDLED_TRAIN_SHA256 = "6230d4cfaf127306b21be363e4220c930f4e0a1bc657ae14361bdd596226873d"  # of the .tsv inside
 
 
-def training_titles(cfg: DataConfig) -> LabelledTitles:
+_said_once: set[str] = set()
+
+
+def _warn_once(message: str, *args) -> None:
+    """A warning a process gives once: a sweep's jobs in one process meet the same offline hub."""
+    text = message % args
+    if text not in _said_once:
+        _said_once.add(text)
+        log.warning(text)
+
+
+def training_titles(cfg: DataConfig, announce_fallback: bool = True) -> LabelledTitles:
     """`data.path`, else KLUE YNAT train from the hub, else (offline, nothing cached) the copy
-    bundled with klue_tc, with one line saying so."""
+    bundled with klue_tc, with one line saying so (unless `announce_fallback` is false)."""
     if cfg.path:
-        return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column)
+        return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column, cfg.labels)
     try:
-        return load_hub_split(cfg.hub_repo, cfg.hub_config, "train")
+        return load_hub_split(cfg.hub_repo, cfg.hub_config, "train", cfg.labels or LABEL_NAMES)
     except ResourceError as err:
-        log.warning(
+        (_warn_once if announce_fallback else log.debug)(
             "%s; using the KLUE YNAT v1.1 train split bundled with klue_tc (%s, CC BY-SA 4.0)",
             str(err).split(";")[0],
             BUNDLED_TRAIN.name,
         )
-        return read_labelled_file(BUNDLED_TRAIN)
+        return read_labelled_file(BUNDLED_TRAIN, label_names=cfg.labels or LABEL_NAMES)
 
 
-def validation_titles(cfg: DataConfig) -> LabelledTitles | None:
-    """`data.validation_path`; with neither it nor `data.path` set, the hub's validation split
-    (which has no bundled copy: offline, pass data.validation_path= to score one)."""
+def validation_titles(cfg: DataConfig, label_names: Sequence[str] = LABEL_NAMES) -> LabelledTitles | None:
+    """`data.validation_path`, its labels read as the training titles' `label_names`; with neither
+    it nor `data.path` set, the hub's validation split (which has no bundled copy: offline, pass
+    data.validation_path= to score one)."""
     if cfg.validation_path:
-        return read_labelled_file(cfg.validation_path, cfg.title_column, cfg.label_column)
+        return read_labelled_file(cfg.validation_path, cfg.title_column, cfg.label_column, label_names)
     if cfg.path is None:
         try:
-            return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation")
+            return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation", label_names)
         except ResourceError as err:
-            log.warning(
+            _warn_once(
                 "%s; no validation set is scored (pass data.validation_path= to score one)", str(err).split(";")[0]
             )
     return None

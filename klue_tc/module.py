@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import asdict, astuple, fields
 from functools import reduce
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import lightning as L
 import torch
@@ -17,7 +17,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
-from klue_tc.data import NUM_CLASSES
+from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import ConfigError
 from klue_tc.models import build_classifier
 from klue_tc.models.masked_lm import MaskedLMHead
@@ -33,11 +33,11 @@ class TrainingDiverged(Exception):
     """The loss stopped being finite (more often than optim.skip_nonfinite_steps allows)."""
 
 
-def _metrics(prefix: str) -> MetricCollection:
+def _metrics(prefix: str, num_classes: int) -> MetricCollection:
     return MetricCollection(
         {
-            "f1": MulticlassF1Score(NUM_CLASSES, average="macro"),
-            "accuracy": MulticlassAccuracy(NUM_CLASSES, average="micro"),
+            "f1": MulticlassF1Score(num_classes, average="macro"),
+            "accuracy": MulticlassAccuracy(num_classes, average="micro"),
         },
         prefix=prefix,
     )
@@ -121,14 +121,25 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
 
 
 class TopicClassifierModule(L.LightningModule):
-    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict):
+    def __init__(
+        self,
+        vocab_size: int,
+        specials: dict,
+        encoder: dict,
+        head: dict,
+        optim: dict,
+        augment: dict,
+        label_names: Optional[list[str]] = None,
+    ):
         super().__init__()
         # Plain dicts in hparams keep checkpoints loadable without this package's dataclasses.
         self.save_hyperparameters()
+        # Checkpoints from before label sets were saved are YNAT's.
+        self.label_names = list(label_names or LABEL_NAMES)
         self.specials = SpecialIds(**specials)
         self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
         self.model = build_classifier(
-            vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES
+            vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), len(self.label_names)
         )
         self.loss = nn.CrossEntropyLoss(label_smoothing=self.optim_cfg.label_smoothing)
         # Only built when used, so checkpoints without it keep loading.
@@ -137,7 +148,8 @@ class TopicClassifierModule(L.LightningModule):
             if self.augment_cfg.mlm_weight > 0
             else None
         )
-        self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
+        self.train_metrics = _metrics("train/", len(self.label_names))
+        self.val_metrics = _metrics("val/", len(self.label_names))
         # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
@@ -152,8 +164,17 @@ class TopicClassifierModule(L.LightningModule):
         head: HeadConfig,
         optim: OptimConfig,
         augment: AugmentConfig,
+        label_names: Sequence[str] = LABEL_NAMES,
     ) -> TopicClassifierModule:
-        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
+        return cls(
+            vocab_size,
+            asdict(specials),
+            _plain(encoder),
+            _plain(head),
+            _plain(optim),
+            _plain(augment),
+            list(label_names),
+        )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)

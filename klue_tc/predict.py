@@ -27,6 +27,10 @@ class PredictError(KlueTcError):
 def fold_records(run_dir: str | Path, available_only: bool = False) -> list[FoldResult]:
     """The run's fold records, each with its checkpoint and tokenizer on disk. A fold without them
     is an error naming it, unless `available_only` asks to ensemble the folds that are there."""
+    return _run_and_folds(run_dir, available_only)[1]
+
+
+def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[RunResult, list[FoldResult]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise PredictError(f"{run_dir}: no such run directory")
@@ -39,7 +43,8 @@ def fold_records(run_dir: str | Path, available_only: bool = False) -> list[Fold
             )
         raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
     try:
-        folds = RunResult.load(metrics_path).folds
+        result = RunResult.load(metrics_path)
+        folds = result.folds
     except (ValueError, KeyError, TypeError) as err:
         raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
     present = [r for r in folds if r.checkpoint and Path(r.checkpoint).is_file() and Path(r.tokenizer_dir).is_dir()]
@@ -53,7 +58,7 @@ def fold_records(run_dir: str | Path, available_only: bool = False) -> list[Fold
                 f"disk; pass --available-folds to ensemble the other {len(present)}"
             )
         log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))
-    return present
+    return result, present
 
 
 def predict_titles(
@@ -76,15 +81,25 @@ def predict_titles(
             len(symbols_only),
             symbols_only[0],
         )
-    records = fold_records(run_dir, available_only)
+    result, records = _run_and_folds(run_dir, available_only)
     from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
 
     probs = ensemble_probs(records, titles, batch_size)
+    names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's
+    if probs.shape[1] != len(names):
+        raise PredictError(
+            f"{run_dir}: the models predict {probs.shape[1]} classes but metrics.json names {len(names)} labels"
+        )
     best = probs.argmax(axis=1)
-    return [(LABEL_NAMES[k], float(p[k])) for k, p in zip(best, probs)]
+    return [(names[k], float(p[k])) for k, p in zip(best, probs)]
 
 
 def read_titles(path: Path) -> list[str]:
+    if str(path) == "-":  # the usual spelling of standard input
+        titles = [title for title in map(normalise_title, sys.stdin.read().splitlines()) if title]
+        if not titles:
+            raise PredictError("standard input is empty (one headline a line expected)")
+        return titles
     if not path.is_file():
         raise PredictError(f"{path}: file not found")
     lines = decode_text(path.read_bytes(), str(path)).splitlines()
@@ -130,7 +145,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--file",
         type=Path,
-        help="text file (UTF-8; UTF-16 with a BOM and cp949 are read too), one headline a line (blank lines skipped)",
+        help="text file (UTF-8; UTF-16 with a BOM and cp949 are read too), one headline a line (blank lines "
+        "skipped); - reads standard input",
     )
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
@@ -139,7 +155,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         action="store_true",
         help="ensemble the folds whose checkpoints are on disk when some are missing",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # titles after an option too: `RUN --json "title"`
     if args.batch_size < 1:
         parser.error("--batch-size must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")

@@ -125,6 +125,7 @@ class RunResult:
     reused_folds: list[int] = field(default_factory=list)  # found in the results store, not trained now
     reused_from_other_code: list[int] = field(default_factory=list)  # of those, made by other code
     validation: dict = field(default_factory=dict)  # validation_f1, validation_accuracy, ... (evaluate.score_run)
+    label_names: Optional[list[str]] = None  # the classes in id order; None in runs from before: YNAT's
 
     def to_dict(self) -> dict:
         f1, accuracy = CVSummary.of([r.f1 for r in self.folds]), CVSummary.of([r.accuracy for r in self.folds])
@@ -145,6 +146,7 @@ class RunResult:
             "reused_folds": self.reused_folds,
             "reused_from_other_code": self.reused_from_other_code,
             "code_versions": sorted({r.code.label() for r in self.folds if r.code}),
+            "label_names": self.label_names,
             **self.validation,
         }
 
@@ -160,6 +162,7 @@ class RunResult:
             payload.get("reused_folds", []),
             payload.get("reused_from_other_code", []),
             {k: v for k, v in payload.items() if k.startswith("validation_")},
+            payload.get("label_names"),
         )
 
     def save(self, path: Path) -> None:

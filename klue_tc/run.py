@@ -36,7 +36,9 @@ def results_root(run: RunConfig) -> Path:
     if run.results.dir:
         return Path(run.results.dir).expanduser()
     hydra = HydraConfig.get()
-    if hydra.mode == RunMode.MULTIRUN:
+    # A named sweep (a sweep file) keeps its records in its own, stable folder; an ad hoc `-m`
+    # shares the single runs' store, since its timestamped folder is new at every re-run.
+    if hydra.mode == RunMode.MULTIRUN and run.sweep:
         return Path(hydra.sweep.dir) / "results"
     return Path("outputs/results")
 
@@ -70,7 +72,16 @@ def run_job(cfg: DictConfig) -> float:
         finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start)
     folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
 
-    result = RunResult(describe(run), key, run.sweep, run.cv.folds, folds, reused, other_code)
+    result = RunResult(
+        describe(run),
+        key,
+        run.sweep,
+        run.cv.folds,
+        folds,
+        reused,
+        other_code,
+        label_names=list(inputs.train.label_names),
+    )
     if inputs.validation is not None and all(f.checkpoint for f in folds):
         result.validation = score_validation(folds, inputs, run, run_dir)
     result.save(run_dir / "metrics.json")
@@ -90,13 +101,12 @@ def run_job(cfg: DictConfig) -> float:
 
 def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig, run_dir: Path) -> dict:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
-    from klue_tc.data import LABEL_NAMES
     from klue_tc.evaluate import score_run
     from klue_tc.report.plots import plot_confusion_matrix
 
     validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
     plot_confusion_matrix(
-        validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
+        validation["validation_confusion_matrix"], list(inputs.validation.label_names), run_dir / "confusion_matrix.png"
     )
     return validation
 
@@ -197,7 +207,7 @@ def train_folds(
                     logger,
                     job_start,
                     store.training_state_dir(key, k),
-                    callbacks=[progress.callback(k)],
+                    callbacks=[progress.callback(k), progress.bar()],
                     validation=inputs.validation,
                 )
             finally:
@@ -282,6 +292,7 @@ def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> N
     if "validation_f1" in metrics:
         from klue_tc.data import LABEL_NAMES
 
+        names = metrics.get("label_names") or LABEL_NAMES
         wandb_run.summary.update(
             {"validation/f1": metrics["validation_f1"], "validation/accuracy": metrics["validation_accuracy"]}
         )
@@ -293,7 +304,7 @@ def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> N
                     columns=["class", "f1"], data=[[k, v] for k, v in per_class.items()]
                 ),
                 "validation/confusion_matrix": wandb.Table(
-                    columns=["truth", *LABEL_NAMES], data=[[name, *row] for name, row in zip(LABEL_NAMES, matrix)]
+                    columns=["truth", *names], data=[[name, *row] for name, row in zip(names, matrix)]
                 ),
                 "validation/confusion_matrix_plot": wandb.Image(str(run_dir / "confusion_matrix.png")),
             }

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
 from klue_tc import interrupts
@@ -48,6 +48,7 @@ class PreparedFold:
     tokenizer_key: str
     train: EncodedSplit
     val: EncodedSplit
+    label_names: tuple[str, ...]  # the classes the model predicts, in id order
 
 
 def prepare_fold(
@@ -71,6 +72,7 @@ def prepare_fold(
         key,
         EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
+        data.label_names,
     )
 
 
@@ -78,8 +80,11 @@ def make_trainer(
     cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list, reload_train_data: bool = False
 ) -> L.Trainer:
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
+    # A caller's own bar (klue_tc.progress) is used when a bar is shown, and left out when not.
+    own_bars = [c for c in callbacks if isinstance(c, ProgressBar)]
+    callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if show_bar:
-        callbacks = [*callbacks, RichProgressBar()]
+        callbacks = [*callbacks, *(own_bars[:1] or [RichProgressBar()])]
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
@@ -119,7 +124,13 @@ def train_fold(
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+        prepared.tokenizer.vocab_size,
+        prepared.tokenizer.specials,
+        run.encoder,
+        run.head,
+        run.optim,
+        run.augment,
+        prepared.label_names,
     )
     if run.trainer.compile:
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is

@@ -25,3 +25,5 @@ class SweepReportCallback(Callback):
             )
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
+            return
+        print(f"report: {sweep_dir / 'report.md'}", flush=True)  # the sweep's last line: where its answer is
