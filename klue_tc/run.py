@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -21,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
-from klue_tc.files import atomic_write_text
+from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
 from klue_tc.records import Describe, FoldResult, RunResult
@@ -216,20 +214,9 @@ def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
         return record
     fold_dir.mkdir(parents=True, exist_ok=True)
     target = fold_dir / checkpoint.name
-    _link_or_copy(checkpoint, target)
-    tokenizer = fold_dir / "tokenizer"
-    shutil.rmtree(tokenizer, ignore_errors=True)
-    shutil.copytree(record.tokenizer_dir, tokenizer, copy_function=_link_or_copy)
-    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str(tokenizer.resolve()))
-
-
-def _link_or_copy(source, target) -> None:
-    target = Path(target)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    link_or_copy(checkpoint, target)
+    link_or_copy_tree(Path(record.tokenizer_dir), fold_dir / "tokenizer")
+    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str((fold_dir / "tokenizer").resolve()))
 
 
 def wandb_group(run: RunConfig, key: str) -> str:
