@@ -1,6 +1,7 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
 
 import shutil
+import sys
 from pathlib import Path
 
 import hydra
@@ -10,6 +11,7 @@ from omegaconf import DictConfig
 
 from klue_tc import cli_errors
 from klue_tc.config import register_schemas
+from klue_tc.distributed import is_other_rank, run_other_rank
 from klue_tc.errors import exit_with
 
 register_schemas()
@@ -53,4 +55,6 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
+    if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
+        sys.exit(run_other_rank())
     main()

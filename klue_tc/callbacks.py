@@ -38,7 +38,7 @@ class FoldMonitor(L.Callback):
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
             self.step_seconds += elapsed
-            self.step_samples += len(batch["input_ids"])
+            self.step_samples += len(batch["input_ids"]) * trainer.world_size  # every rank's part of the batch
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:

@@ -66,6 +66,7 @@ class ResumeCheckpoint(ModelCheckpoint):
         self._last_write = time.monotonic()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if time.monotonic() - self._last_write >= self.min_interval_s:
+        # Rank 0's clock decides for every rank of a multi-device fit: a save waits for all of them.
+        if trainer.strategy.broadcast(time.monotonic() - self._last_write >= self.min_interval_s):
             super().on_train_epoch_end(trainer, pl_module)
             self._last_write = time.monotonic()

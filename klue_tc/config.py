@@ -245,7 +245,10 @@ ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
 class TrainerConfig:
     max_epochs: int = 10
     accelerator: str = outside_results_key("auto")  # auto | cpu | gpu (or cuda); the precision is keyed
-    devices: Any = outside_results_key(1)  # one device per job: sweeps spread jobs over GPUs instead
+    # One device per job by default (sweeps spread jobs over GPUs). N > 1 trains each fold on N
+    # devices with the same global batch and steps, each rank taking its part of every batch.
+    devices: Any = outside_results_key(1)
+    strategy: str = outside_results_key("auto")  # auto | ddp: Lightning's; auto is ddp on several devices
     # null: bf16-mixed on a GPU and on CPUs with native bf16 (AMX or AVX-512 BF16), else 32-true.
     # The results key holds the precision a job resolves to, not this setting.
     precision: Any = outside_results_key(None)
@@ -264,6 +267,7 @@ class TrainerConfig:
             at_least("trainer.early_stopping_patience", self.early_stopping_patience, 1),
             one_of("trainer.accelerator", self.accelerator, ACCELERATORS),
             one_of("trainer.progress_bar", self.progress_bar, ("auto", "rich", "none")),
+            one_of("trainer.strategy", self.strategy, ("auto", "ddp", "ddp_find_unused_parameters_true")),
         ]
 
 

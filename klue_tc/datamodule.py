@@ -65,13 +65,23 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         bucketing: bool = True,
         multiplier: int = 50,
+        shard: tuple[int, int] = (0, 1),
     ):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.bucketing, self.pool = bucketing, batch_size * multiplier
         self.seed, self.epoch = seed, 0
+        self.rank, self.world = shard
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
+
+    def _share(self, batch: list[int]) -> list[int]:
+        """This rank's part of a batch when a fit runs on several devices: every rank draws the
+        same batches and takes every world-th title, so the global batch, the steps per epoch and
+        the schedule stay those of one device. A part left empty (a last batch smaller than the
+        world) repeats the batch's last title in training, where every rank must take each step."""
+        part = batch[self.rank :: self.world]
+        return part or ([batch[-1]] if self.shuffle else [])
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before every epoch, so a resumed fold shuffles its next epoch as an
@@ -93,6 +103,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
         if self.shuffle and self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.world > 1:
+            # Validation's ranks may score different counts of batches: only training steps together.
+            batches = [part for part in map(self._share, batches) if part]
         yield from batches
 
 
@@ -105,7 +118,13 @@ class EncodedSplit:
 
 
 def make_loader(
-    split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0, pad_to: Optional[int] = None
+    split: EncodedSplit,
+    cfg: DataConfig,
+    pad_id: int,
+    train: bool,
+    seed: int = 0,
+    pad_to: Optional[int] = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> DataLoader:
     sampler = BucketBatchSampler(
         split.encoded.lengths,
@@ -114,6 +133,7 @@ def make_loader(
         seed=seed,
         bucketing=cfg.bucketing,
         multiplier=cfg.bucket_size_multiplier,
+        shard=shard,
     )
     dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
     return DataLoader(
@@ -135,16 +155,29 @@ class FoldDataModule(L.LightningDataModule):
         # The notebook's path pads everything to the longest training title.
         self.pad_to = int(train.encoded.lengths.max())
 
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(this rank, ranks): each rank of a multi-device fit loads its own part of every batch."""
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
         if self.train.resample is None:
-            return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+            return make_loader(
+                self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to, shard=self.shard
+            )
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         split = EncodedSplit(self.train.resample(epoch), self.train.labels)
         return make_loader(
-            split, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=int(split.encoded.lengths.max())
+            split,
+            self.cfg,
+            self.pad_id,
+            train=True,
+            seed=self.seed,
+            pad_to=int(split.encoded.lengths.max()),
+            shard=self.shard,
         )
 
     def val_dataloader(self) -> DataLoader:
-        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)
+        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to, shard=self.shard)

@@ -22,6 +22,8 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # F1 and accuracy are torchmetrics values gathered from every rank; val/loss stays rank 0's part.
+    warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
     # Lightning's hint to launch with srun where SLURM is installed: sweeps use submitit instead.
     warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
 

@@ -6,6 +6,7 @@ check the inputs -> look up finished folds -> train the missing ones -> score th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from klue_tc.config import LoggerKind, RunConfig, job_config, validate
 from klue_tc.data import stratified_folds
+from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
@@ -156,12 +158,18 @@ def train_folds(
     cache = TokenizerCache(run.data.cache_dir)
     progress = JobProgress(len(missing), run.trainer.max_epochs)
     group, code, trained = wandb_group(run, key), code_version(), {}
-    for k in missing:
-        with store.claim(key, k):
+    with contextlib.ExitStack() as held:
+        # All the job's folds are held before any trains, so that the list the other ranks of a
+        # multi-device fit are given is final.
+        for k in missing:
+            held.enter_context(store.claim(key, k))
+        for k in missing:
             lookup = store.find(key, k, code, reuse_any=False)  # an identical job may have finished it meanwhile
             if lookup.record is not None and run.results.resume:
                 trained[k] = lookup.record
-                continue
+        to_train = [k for k in missing if k not in trained]
+        held.enter_context(plan_for_other_ranks(resolved, run_dir, store.root, key, to_train))
+        for k in to_train:
             prepared = prepare_fold(run, inputs.train, *splits[k], cache)
             logger = make_logger(
                 run.logger,

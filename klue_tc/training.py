@@ -75,6 +75,8 @@ def make_trainer(
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
+        strategy=cfg.strategy,
+        use_distributed_sampler=False,  # the batch sampler shares out each batch itself (datamodule.py)
         precision=default_precision(cfg),
         max_epochs=cfg.max_epochs,
         gradient_clip_val=cfg.gradient_clip_val,
@@ -102,11 +104,11 @@ def train_fold(
     state_dir: Path,
     callbacks: Sequence[L.Callback] = (),
     validation: Optional[LabelledTitles] = None,
-) -> FoldResult:
+) -> Optional[FoldResult]:
     """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
     once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
     and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it."""
+    and run after the ones that make it. None on the other ranks of a multi-device fit."""
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
@@ -142,6 +144,8 @@ def train_fold(
         reload_train_data=prepared.train.resample is not None,
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    if not trainer.is_global_zero:
+        return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
     checkpoint = None
     if best.best_model_path:
         checkpoint = fold_dir / "best.ckpt"
@@ -161,7 +165,7 @@ def train_fold(
         checkpoint=str(checkpoint.resolve()) if checkpoint else None,
         tokenizer_dir=str(tokenizer_dir.resolve()),
         precision=default_precision(run.trainer),
-        device=device_name(run.trainer),
+        device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
         threads=torch.get_num_threads(),
     )
     if validation is not None and checkpoint is not None:
