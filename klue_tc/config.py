@@ -276,7 +276,7 @@ class WandbConfig:
     project: str = "klue_tc"
     entity: Optional[str] = None
     mode: str = "offline"  # offline needs no account; online when asked and possible
-    group: Optional[str] = None  # null: the sweep's name, else the experiment and its config hash
+    group: Optional[str] = None  # null: one group per configuration (sweep name, experiment, config hash)
 
 
 @dataclass
@@ -316,7 +316,7 @@ class ResultsConfig:
 @dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
-    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; names the W&B group
+    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; prefixes its W&B groups
     seed: int = 42
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = MISSING

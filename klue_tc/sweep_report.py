@@ -25,3 +25,11 @@ class SweepReportCallback(Callback):
             )
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
+        if config.logger.name == "wandb":
+            from klue_tc.config import WandbConfig
+            from klue_tc.run import log_sweep_aggregates
+
+            fields = WandbConfig.__dataclass_fields__
+            log_sweep_aggregates(
+                sweep_dir, WandbConfig(**{k: v for k, v in config.logger.wandb.items() if k in fields})
+            )

@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
-from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
+from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, LogEveryEpoch, RandomState
 from klue_tc.checkpoints import RESUME_CHECKPOINT_EVERY_S, ResumeCheckpoint, resume_point, save_weights_only
 from klue_tc.config import RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles
@@ -70,6 +70,7 @@ def make_trainer(
     cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list, reload_train_data: bool = False
 ) -> L.Trainer:
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
+    callbacks = [*callbacks, LogEveryEpoch(cfg.log_every_n_steps)]
     if show_bar:
         callbacks = [*callbacks, RichProgressBar()]
     return L.Trainer(
