@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from klue_tc import cli_errors, interrupts
 from klue_tc.config import register_schemas
+from klue_tc.distributed import is_other_rank, run_other_rank
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.files import disk_full_error, is_disk_full
 
@@ -75,6 +76,8 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
+    if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
+        sys.exit(run_other_rank())
     sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
     try:
         main()

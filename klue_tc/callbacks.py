@@ -38,7 +38,7 @@ class FoldMonitor(L.Callback):
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
             self.step_seconds += elapsed
-            self.step_samples += len(batch["input_ids"])
+            self.step_samples += len(batch["input_ids"]) * trainer.world_size  # every rank's part of the batch
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
@@ -132,3 +132,16 @@ class ExponentialMovingAverage(WeightAveraging):
 
     def __init__(self, decay: float):
         super().__init__(multi_avg_fn=ema_with_warmup(decay))
+
+
+class LogEveryEpoch(L.Callback):
+    """The logging interval capped at the epoch's steps, so that a run shorter than
+    `trainer.log_every_n_steps` still logs its step metrics (train/loss) once an epoch."""
+
+    def __init__(self, every_n_steps: int):
+        self.every_n_steps = every_n_steps
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        steps = trainer.num_training_batches
+        if self.every_n_steps > 0 and steps != float("inf"):
+            trainer.log_every_n_steps = max(1, min(self.every_n_steps, int(steps)))

@@ -117,7 +117,8 @@ class ResumeCheckpoint(ModelCheckpoint):
         last_epoch = trainer.should_stop or trainer.current_epoch + 1 >= trainer.max_epochs
         if interrupts.requested() is not None and not last_epoch:
             self._stop(trainer, "its end")
-        if time.monotonic() - self._last_write >= self.min_interval_s:
+        # Rank 0's clock decides for every rank of a multi-device fit: a save waits for all of them.
+        if trainer.strategy.broadcast(time.monotonic() - self._last_write >= self.min_interval_s):
             super().on_train_epoch_end(trainer, pl_module)
             self._last_write = time.monotonic()
 

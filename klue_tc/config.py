@@ -261,7 +261,10 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-t
 class TrainerConfig:
     max_epochs: int = 10
     accelerator: str = outside_results_key("auto")  # auto | cpu | gpu (or cuda); the precision is keyed
-    devices: Any = outside_results_key(1)  # one device per job: sweeps spread jobs over GPUs instead
+    # One device per job by default (sweeps spread jobs over GPUs). N > 1 trains each fold on N
+    # devices with the same global batch and steps, each rank taking its part of every batch.
+    devices: Any = outside_results_key(1)
+    strategy: str = outside_results_key("auto")  # auto | ddp: Lightning's; auto is ddp on several devices
     # null: bf16-mixed on a GPU and on CPUs with native bf16 (AMX or AVX-512 BF16), else 32-true.
     # The results key holds the precision a job resolves to, not this setting.
     precision: Any = outside_results_key(None)
@@ -285,6 +288,7 @@ class TrainerConfig:
                 f"trainer.precision must be one of {', '.join(PRECISIONS)}, or null for the device's default;"
                 f" got {self.precision}",
             ),
+            one_of("trainer.strategy", self.strategy, ("auto", "ddp", "ddp_find_unused_parameters_true")),
         ]
 
 
@@ -293,7 +297,7 @@ class WandbConfig:
     project: str = "klue_tc"
     entity: Optional[str] = None
     mode: str = "offline"  # offline needs no account; online when asked and possible
-    group: Optional[str] = None  # null: the sweep's name, else the experiment and its config hash
+    group: Optional[str] = None  # null: one group per configuration (sweep name, experiment, config hash)
 
 
 @dataclass
@@ -344,7 +348,7 @@ class SlurmConfig:
 @dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
-    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; names the W&B group
+    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; prefixes its W&B groups
     seed: int = 42
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = MISSING

@@ -65,14 +65,24 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         bucketing: bool = True,
         multiplier: int = 50,
+        shard: tuple[int, int] = (0, 1),
     ):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.bucketing, self.pool = bucketing, batch_size * multiplier
         self.seed, self.epoch = seed, 0
         self.resume_epoch, self.resume_after = -1, 0  # an interrupted epoch goes on after this many batches
+        self.rank, self.world = shard
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
+
+    def _share(self, batch: list[int]) -> list[int]:
+        """This rank's part of a batch when a fit runs on several devices: every rank draws the
+        same batches and takes every world-th title, so the global batch, the steps per epoch and
+        the schedule stay those of one device. A part left empty (a last batch smaller than the
+        world) repeats the batch's last title in training, where every rank must take each step."""
+        part = batch[self.rank :: self.world]
+        return part or ([batch[-1]] if self.shuffle else [])
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before every epoch, so a resumed fold shuffles its next epoch as an
@@ -96,6 +106,9 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         if self.epoch - 1 == self.resume_epoch:  # the same order, less the batches trained before the stop
             batches, self.resume_epoch = batches[self.resume_after :], -1
+        if self.world > 1:
+            # Validation's ranks may score different counts of batches: only training steps together.
+            batches = [part for part in map(self._share, batches) if part]
         yield from batches
 
 
@@ -115,6 +128,7 @@ def make_loader(
     seed: int = 0,
     pad_to: Optional[int] = None,
     resume_at: tuple[int, int] = (-1, 0),
+    shard: tuple[int, int] = (0, 1),
 ) -> DataLoader:
     sampler = BucketBatchSampler(
         split.encoded.lengths,
@@ -123,6 +137,7 @@ def make_loader(
         seed=seed,
         bucketing=cfg.bucketing,
         multiplier=cfg.bucket_size_multiplier,
+        shard=shard,
     )
     sampler.resume_epoch, sampler.resume_after = resume_at
     dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
@@ -157,6 +172,11 @@ class FoldDataModule(L.LightningDataModule):
         if state_dict:
             self.resume_at = (state_dict["epoch"], state_dict["batches_done"])
 
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(this rank, ranks): each rank of a multi-device fit loads its own part of every batch."""
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
         if self.train.resample is None:
             return make_loader(
@@ -167,6 +187,7 @@ class FoldDataModule(L.LightningDataModule):
                 seed=self.seed,
                 pad_to=self.pad_to,
                 resume_at=self.resume_at,
+                shard=self.shard,
             )
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
@@ -180,7 +201,8 @@ class FoldDataModule(L.LightningDataModule):
             seed=self.seed,
             pad_to=int(split.encoded.lengths.max()),
             resume_at=self.resume_at,
+            shard=self.shard,
         )
 
     def val_dataloader(self) -> DataLoader:
-        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)
+        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to, shard=self.shard)

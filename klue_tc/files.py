@@ -180,3 +180,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link (no space, the same bytes), or a copy across file systems."""
+    target = Path(target)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def link_or_copy_tree(source: Path, target: Path) -> None:
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, copy_function=link_or_copy)

@@ -58,13 +58,13 @@ def open_wandb_run(
         return None
 
 
-def finish_wandb_run(run) -> None:
-    """Finish the run; an offline one says how to upload it."""
+def finish_wandb_run(run, exit_code: int = 0) -> None:
+    """Finish the run (a non-zero `exit_code` marks it failed); an offline one says how to upload it."""
     if run is None:
         return
     offline = run.settings.mode == "offline" if hasattr(run.settings, "mode") else False
     directory = getattr(run.settings, "sync_dir", None)
-    run.finish()
+    run.finish(exit_code=exit_code)
     if offline and directory:
         log.info("W&B run saved offline; upload it with: wandb sync %s", directory)
 
@@ -85,8 +85,14 @@ def make_logger(cfg: LoggerConfig, save_dir: Path, name: str, group: str, job_ty
     return CSVLogger(save_dir=str(save_dir), name="csv", version=job_type)
 
 
-def finish_logger(logger: Any) -> None:
+def finish_logger(logger: Any, exit_code: int = 0) -> None:
     from lightning.pytorch.loggers import WandbLogger
 
     if isinstance(logger, WandbLogger):
-        finish_wandb_run(logger.experiment)
+        finish_wandb_run(logger.experiment, exit_code)
+
+
+def config_group(group: Optional[str], sweep: Optional[str], experiment: str, key: str) -> str:
+    """The W&B group of one configuration: its folds' runs and its aggregate run. In a sweep the
+    sweep's name comes first, so that its configurations' groups sort together."""
+    return group or (f"{sweep}-{experiment}-{key}" if sweep else f"{experiment}-{key}")

@@ -27,6 +27,8 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     # A fold stopped part-way through an epoch resumes at its next batch: FoldDataModule keeps the place.
     warnings.filterwarnings("ignore", message=".*ended before the epoch ended.*")
+    # F1 and accuracy are torchmetrics values gathered from every rank; val/loss stays rank 0's part.
+    warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
     # Lightning's hint to launch with srun where SLURM is installed: sweeps use submitit instead.
     warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
 
@@ -95,6 +95,28 @@ class FoldResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def relative_to(self, base: Path) -> FoldResult:
+        """The record with its model files named relative to `base` where they lie inside it, so
+        that the folder holding them and the record can move or be copied as one."""
+
+        def inside(path: Optional[str]) -> Optional[str]:
+            if not path or not Path(path).is_absolute():
+                return path
+            try:
+                return Path(path).resolve().relative_to(base.resolve()).as_posix()
+            except ValueError:
+                return path
+
+        return replace(self, checkpoint=inside(self.checkpoint), tokenizer_dir=inside(self.tokenizer_dir) or "")
+
+    def resolved_against(self, base: Path) -> FoldResult:
+        """The record with relative model paths read from `base` (absolute ones are kept)."""
+
+        def under(path: Optional[str]) -> Optional[str]:
+            return str(base / path) if path and not Path(path).is_absolute() else path
+
+        return replace(self, checkpoint=under(self.checkpoint), tokenizer_dir=under(self.tokenizer_dir) or "")
+
     @classmethod
     def from_dict(cls, payload: dict) -> FoldResult:
         known = {f.name for f in fields(cls)}
@@ -166,8 +188,29 @@ class RunResult:
         )
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, redact(self.to_dict()))  # a name from an env-expanded override keeps no token
+        """metrics.json names each fold's model relative to the run directory, which holds it."""
+        folds = [r.relative_to(path.parent) for r in self.folds]
+        # a name from an env-expanded override keeps no token
+        atomic_write_json(path, redact(replace(self, folds=folds).to_dict()))
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        """The run's result with each fold's model read from this run directory, wherever it lies now."""
+        result = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        result.folds = [_in_run_dir(r, path.parent) for r in result.folds]
+        return result
+
+
+def _in_run_dir(record: FoldResult, run_dir: Path) -> FoldResult:
+    """Relative paths are read from the run directory. Older metrics.json files named absolute
+    paths, always inside the run's own fold<k>/ folder: those are read from this run directory too,
+    so a moved run finds its files and a copy never reads the original's."""
+    fold_dir = f"fold{record.fold}"
+
+    def rebased(path: Optional[str]) -> Optional[str]:
+        if path and Path(path).is_absolute() and Path(path).parent.name == fold_dir:
+            return f"{fold_dir}/{Path(path).name}"
+        return path
+
+    legacy = replace(record, checkpoint=rebased(record.checkpoint), tokenizer_dir=rebased(record.tokenizer_dir) or "")
+    return legacy.resolved_against(run_dir)

@@ -16,14 +16,14 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
 import yaml
 
 from klue_tc.config import RunConfig, keyed_settings
-from klue_tc.files import atomic_write_text, creation_mode, make_dirs
+from klue_tc.files import atomic_write_text, creation_mode, link_or_copy, link_or_copy_tree, make_dirs
 from klue_tc.records import CodeVersion, FoldResult
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class ResultsStore:
         if not path.is_file():
             return None
         try:
-            return FoldResult.load(path)
+            return FoldResult.load(path).resolved_against(path.parent)
         except (OSError, ValueError, TypeError, KeyError) as err:
             log.warning("damaged results record %s (%s); the fold trains again", path, type(err).__name__)
             path.replace(path.with_suffix(".damaged"))
@@ -80,9 +80,20 @@ class ResultsStore:
         return Lookup(None)
 
     def put(self, key: str, fold: int, record: FoldResult, config: Optional[dict] = None) -> None:
-        """Store the record; `config` (the job's resolved config) is kept once per configuration
-        beside its folds, so the store alone says what produced its numbers (the report reads it)."""
-        record.save(self._path(key, fold))
+        """Store the record with its model files, hard-linked into the store and named relative to
+        it, so that resuming needs no run directory (which may have moved); `config` (the job's
+        resolved config) is kept once per configuration beside its folds, so the store alone says
+        what produced its numbers (the report reads it)."""
+        path = self._path(key, fold)
+        if record.checkpoint and Path(record.checkpoint).is_file() and Path(record.tokenizer_dir).is_dir():
+            model_dir = path.with_suffix("")
+            model_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint = model_dir / Path(record.checkpoint).name
+            if Path(record.checkpoint).resolve() != checkpoint.resolve():
+                link_or_copy(Path(record.checkpoint), checkpoint)
+                link_or_copy_tree(Path(record.tokenizer_dir), model_dir / "tokenizer")
+            record = replace(record, checkpoint=str(checkpoint), tokenizer_dir=str(model_dir / "tokenizer"))
+        record.relative_to(path.parent).save(path)
         if config is not None and not (self.root / key / CONFIG_FILE).is_file():
             text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
             atomic_write_text(self.root / key / CONFIG_FILE, text)
@@ -120,7 +131,7 @@ class ResultsStore:
         found = []
         for path in sorted(self.root.glob("*/fold*.json")):
             try:
-                found.append(FoldResult.load(path))
+                found.append(FoldResult.load(path).resolved_against(path.parent))
             except (OSError, ValueError, TypeError, KeyError) as err:
                 log.warning("damaged results record %s skipped (%s)", path, type(err).__name__)
         return found

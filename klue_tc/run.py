@@ -6,10 +6,9 @@ check the inputs -> look up finished folds -> train the missing ones -> score th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -20,9 +19,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from klue_tc import interrupts
-from klue_tc.config import LoggerKind, RunConfig, job_config, validate
+from klue_tc.config import LoggerKind, RunConfig, WandbConfig, job_config, validate
 from klue_tc.data import stratified_folds
-from klue_tc.files import atomic_write_text, tolerate_full_disk_in_logs
+from klue_tc.distributed import plan_for_other_ranks
+from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
 from klue_tc.records import Describe, FoldResult, RunResult
@@ -87,7 +87,7 @@ def run_job(cfg: DictConfig) -> float:
     result.save(run_dir / "metrics.json")
     metrics = result.to_dict()
     if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
-        log_aggregate(run, metrics, run_dir, wandb_group(run, key))
+        log_aggregate(run.logger.wandb, metrics, run_dir, wandb_group(run, key))
     print(f"run directory: {run_dir}", flush=True)
     print(final_line(metrics), flush=True)
     # A configuration with a diverged fold is no candidate: NaN, a failed trial for Optuna.
@@ -183,12 +183,18 @@ def train_folds(
     cache = TokenizerCache(run.data.cache_dir)
     progress = JobProgress(len(missing), run.trainer.max_epochs)
     group, code, trained = wandb_group(run, key), code_version(), {}
-    for k in missing:
-        with store.claim(key, k):
+    with contextlib.ExitStack() as held:
+        # All the job's folds are held before any trains, so that the list the other ranks of a
+        # multi-device fit are given is final.
+        for k in missing:
+            held.enter_context(store.claim(key, k))
+        for k in missing:
             lookup = store.find(key, k, code, reuse_any=False)  # an identical job may have finished it meanwhile
             if lookup.record is not None and run.results.resume:
                 trained[k] = lookup.record
-                continue
+        to_train = [k for k in missing if k not in trained]
+        held.enter_context(plan_for_other_ranks(resolved, run_dir, store.root, key, to_train))
+        for k in to_train:
             prepared = prepare_fold(run, inputs.train, *splits[k], cache)
             logger = make_logger(
                 run.logger,
@@ -210,8 +216,10 @@ def train_folds(
                     callbacks=[progress.callback(k), progress.bar()],
                     validation=inputs.validation,
                 )
-            finally:
-                finish_logger(logger)
+            except BaseException:  # Ctrl-C reaches here as Lightning's sys.exit(1)
+                finish_logger(logger, exit_code=1)
+                raise
+            finish_logger(logger)
             record = replace(
                 record,
                 describe=describe(run),
@@ -243,36 +251,27 @@ def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
         return record
     fold_dir.mkdir(parents=True, exist_ok=True)
     target = fold_dir / checkpoint.name
-    _link_or_copy(checkpoint, target)
-    tokenizer = fold_dir / "tokenizer"
-    shutil.rmtree(tokenizer, ignore_errors=True)
-    shutil.copytree(record.tokenizer_dir, tokenizer, copy_function=_link_or_copy)
-    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str(tokenizer.resolve()))
-
-
-def _link_or_copy(source, target) -> None:
-    target = Path(target)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    link_or_copy(checkpoint, target)
+    link_or_copy_tree(Path(record.tokenizer_dir), fold_dir / "tokenizer")
+    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str((fold_dir / "tokenizer").resolve()))
 
 
 def wandb_group(run: RunConfig, key: str) -> str:
-    """The sweep's name, else the experiment and its configuration hash (one group per setting)."""
-    return run.logger.wandb.group or run.sweep or f"{run.experiment}-{key}"
+    """One group per configuration (its folds and its aggregate), in a sweep as in a single run."""
+    from klue_tc.loggers import config_group
+
+    return config_group(run.logger.wandb.group, run.sweep, run.experiment, key)
 
 
-def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> None:
+def log_aggregate(wandb_cfg: WandbConfig, metrics: dict, run_dir: Path, group: str) -> None:
     """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
     validation confusion matrix and per-class F1."""
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
 
     wandb_run = open_wandb_run(
-        run.logger.wandb,
+        wandb_cfg,
         run_dir,
-        f"{run.experiment}-{metrics['config_hash']}-cv",
+        f"{metrics['experiment']}-{metrics['config_hash']}-cv",
         group,
         "aggregate",
         {**metrics_config(metrics)},
@@ -310,6 +309,29 @@ def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> N
             }
         )
     finish_wandb_run(wandb_run)
+
+
+def log_sweep_aggregates(sweep_dir: Path, wandb_cfg: WandbConfig) -> None:
+    """One aggregate run per configuration of a sweep, in that configuration's group, where its
+    folds ran as separate jobs (a job that trained every fold logged its own aggregate)."""
+    from klue_tc.loggers import config_group
+
+    by_config: dict[str, list[RunResult]] = {}
+    for path in sorted(sweep_dir.glob("**/metrics.json")):
+        try:
+            result = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("%s skipped for the W&B aggregates (%s)", path, type(err).__name__)
+            continue
+        by_config.setdefault(result.config_hash, []).append(result)
+    for key, results in by_config.items():
+        if any(len(r.folds) >= r.cv_folds for r in results):
+            continue
+        folds = {f.fold: f for r in results for f in r.folds}
+        first = results[0]
+        combined = RunResult(first.describe, key, first.sweep, first.cv_folds, [folds[k] for k in sorted(folds)])
+        group = config_group(wandb_cfg.group, first.sweep, first.describe.experiment, key)
+        log_aggregate(wandb_cfg, combined.to_dict(), sweep_dir, group)
 
 
 def metrics_config(metrics: dict) -> dict:

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, Progress
 from lightning.pytorch.loggers import Logger
 
 from klue_tc import interrupts
-from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
+from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, LogEveryEpoch, RandomState
 from klue_tc.checkpoints import (
     RESUME_CHECKPOINT_EVERY_S,
     AtomicCheckpointIO,
@@ -83,11 +83,14 @@ def make_trainer(
     # A caller's own bar (klue_tc.progress) is used when a bar is shown, and left out when not.
     own_bars = [c for c in callbacks if isinstance(c, ProgressBar)]
     callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    callbacks = [*callbacks, LogEveryEpoch(cfg.log_every_n_steps)]
     if show_bar:
         callbacks = [*callbacks, *(own_bars[:1] or [RichProgressBar()])]
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
+        strategy=cfg.strategy,
+        use_distributed_sampler=False,  # the batch sampler shares out each batch itself (datamodule.py)
         precision=default_precision(cfg),
         max_epochs=cfg.max_epochs,
         gradient_clip_val=cfg.gradient_clip_val,
@@ -116,11 +119,11 @@ def train_fold(
     state_dir: Path,
     callbacks: Sequence[L.Callback] = (),
     validation: Optional[LabelledTitles] = None,
-) -> FoldResult:
+) -> Optional[FoldResult]:
     """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
     once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
     and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it."""
+    and run after the ones that make it. None on the other ranks of a multi-device fit."""
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
@@ -168,6 +171,8 @@ def train_fold(
     except TrainingDiverged as err:
         diverged = str(err)
         log.warning("fold %d diverged: %s; its record is marked diverged, left out of the CV mean", fold, diverged)
+    if not trainer.is_global_zero:
+        return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
     checkpoint = None
     if best.best_model_path and diverged is None:
         checkpoint = fold_dir / "best.ckpt"
@@ -188,7 +193,7 @@ def train_fold(
         checkpoint=str(checkpoint.resolve()) if checkpoint else None,
         tokenizer_dir=str(tokenizer_dir.resolve()),
         precision=default_precision(run.trainer),
-        device=device_name(run.trainer),
+        device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
         threads=torch.get_num_threads(),
         diverged=diverged,
     )

@@ -237,11 +237,13 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
     if launcher == "basic":
         assert done.stdout.count(TRAINED) == SMOKE_JOBS
     if logger == "logger=wandb":
-        # One offline W&B run per job, all in the sweep's group, and the report's run beside them.
+        # One offline W&B run per job in its configuration's group (the sweep's name first), and
+        # beside the report's run one aggregate run per configuration (2 folds each).
         job_runs = sorted(sweep_dir.glob("*/*/fold*/wandb/offline-run-*/*.wandb"))
-        assert len(job_runs) == SMOKE_JOBS and all(b"smoke" in p.read_bytes() for p in job_runs)
-        report_runs = list(sweep_dir.glob("wandb/offline-run-*"))
-        assert len(report_runs) == 1 and list(report_runs[0].rglob("f1_table*.table.json"))
+        assert len(job_runs) == SMOKE_JOBS and all(b"smoke-" in p.read_bytes() for p in job_runs)
+        sweep_runs = list(sweep_dir.glob("wandb/offline-run-*"))
+        report_runs = [r for r in sweep_runs if list(r.rglob("f1_table*.table.json"))]
+        assert len(report_runs) == 1 and len(sweep_runs) == 1 + SMOKE_JOBS // 2
 
 
 @pytest.mark.slow

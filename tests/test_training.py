@@ -191,7 +191,7 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     )
 
     class Clock:  # what the datamodule reads from its trainer
-        current_epoch = 0
+        current_epoch, global_rank, world_size = 0, 0, 1
 
     module.trainer = Clock()
     ids = []

@@ -1,4 +1,5 @@
-"""Hydra callback: when a multirun ends, write the sweep's report into its directory."""
+"""Hydra callback: when a multirun ends, log each configuration's W&B aggregate and write the sweep's
+report into its directory."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ class SweepReportCallback(Callback):
         from klue_tc.report.write import write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        if config.logger.name == "wandb":
+            from klue_tc.config import WandbConfig
+            from klue_tc.run import log_sweep_aggregates
+
+            fields = WandbConfig.__dataclass_fields__
+            log_sweep_aggregates(
+                sweep_dir, WandbConfig(**{k: v for k, v in config.logger.wandb.items() if k in fields})
+            )
         try:
             write_report(
                 sweep_dir,
