@@ -85,7 +85,7 @@ def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"error: {bad}: line 4: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
-        "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치"
+        "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치 (data.labels=[...] names a label set of your own)"
     ]
     assert not (tmp_path / "run").exists()  # a rejected start leaves no run folder
 
