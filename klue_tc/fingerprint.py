@@ -40,7 +40,8 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            # `from klue_tc import x` names module x, not the whole package
+            names |= ({node.module} - {"klue_tc"}) | {f"{node.module}.{alias.name}" for alias in node.names}
     return {name for name in names if name.split(".")[0] == "klue_tc"}
 
 

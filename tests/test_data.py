@@ -282,4 +282,4 @@ def test_a_bad_label_after_a_dropped_row_names_its_own_line(tmp_path):
     path = tmp_path / "bad.tsv"
     path.write_text("label\ttext\n정치\t \n과학\t반도체\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"bad.tsv: line 3: unknown label '과학'"):
-        read_labelled_file(path)
+        read_labelled_file(path, label_names=LABEL_NAMES)

@@ -171,12 +171,12 @@ def test_the_offline_hub_is_said_once_per_command_and_not_by_the_report(caplog):
 def test_a_sweep_ends_with_the_report_path(tmp_path, monkeypatch, capsys):
     from omegaconf import OmegaConf
 
-    import klue_tc.report
-    from klue_tc.sweep_report import SweepReportCallback
+    import klue_tc.report.write
+    from klue_tc.report.sweep_callback import SweepReportCallback
 
-    monkeypatch.setattr(klue_tc.report, "write_report", lambda directory, **kwargs: None)
+    monkeypatch.setattr(klue_tc.report.write, "write_report", lambda directory, **kwargs: None)
     config = OmegaConf.create(
-        {"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}, "logger": {"name": "none"}, "sweep": "smoke"}
+        {"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}, "logger": {"name": "none", "wandb": {}}, "sweep": "smoke"}
     )
     SweepReportCallback().on_multirun_end(config)
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"report: {tmp_path / 'sweep' / 'report.md'}"

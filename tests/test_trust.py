@@ -67,10 +67,10 @@ def test_the_fingerprint_covers_the_training_code_and_nothing_else(package_copy:
         "datamodule.py",
         "config.py",
     } <= names
-    assert not names & {"report.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
+    assert not names & {"write.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
 
     before = fingerprint_of(package_copy)
-    edit(package_copy / "report.py", "def fold_frame", "def fold_frame_renamed")
+    edit(package_copy / "report" / "loading.py", "def fold_frame", "def fold_frame_renamed")
     edit(package_copy / "models" / "blocks.py", '"""Sub-layers of the encoder', '"""The sub-layers of the encoder')
     edit(package_copy / "models" / "blocks.py", "# On CPU, SDPA's", "#   On CPU, SDPA's")
     assert fingerprint_of(package_copy) == before  # the report, a docstring and a comment: the same numbers
