@@ -88,7 +88,7 @@ def _loop_timer_class():
                 return
             sync(trainer)
             self.val_seconds += time.perf_counter() - self._val_t0
-            self.val_samples += len(trainer.datamodule.val.encoded)
+            self.val_samples += len(trainer.datamodule.val.encoded) + len(trainer.datamodule.inner.encoded)
             self.val_runs += 1
             self.last_f1 = float(trainer.callback_metrics["val/f1"])
             self.f1_by_epoch.append(self.last_f1)

@@ -127,11 +127,14 @@ def make_loader(
 
 
 class FoldDataModule(L.LightningDataModule):
-    """One fold's train and validation titles, already encoded by that fold's tokenizer."""
+    """One fold's titles, already encoded by that fold's tokenizer: those it trains on, the inner
+    split that chooses its epoch, and the held-out fold it is scored on."""
 
-    def __init__(self, train: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int):
+    def __init__(
+        self, train: EncodedSplit, inner: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int
+    ):
         super().__init__()
-        self.train, self.val, self.cfg, self.pad_id, self.seed = train, val, cfg, pad_id, seed
+        self.train, self.inner, self.val, self.cfg, self.pad_id, self.seed = train, inner, val, cfg, pad_id, seed
         # The notebook's path pads everything to the longest training title.
         self.pad_to = int(train.encoded.lengths.max())
 
@@ -146,5 +149,7 @@ class FoldDataModule(L.LightningDataModule):
             split, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=int(split.encoded.lengths.max())
         )
 
-    def val_dataloader(self) -> DataLoader:
-        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)
+    def val_dataloader(self) -> list[DataLoader]:
+        # In this order: TopicClassifierModule.validation_step names loader 0 inner/, loader 1 val/.
+        splits = (self.inner, self.val)
+        return [make_loader(split, self.cfg, self.pad_id, train=False, pad_to=self.pad_to) for split in splits]

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from klue_tc.data import LABEL_NAMES, NUM_CLASSES, LabelledTitles
-from klue_tc.inference import ensemble_probs, fold_probs
+from klue_tc.inference import ensemble_probs
 from klue_tc.records import FoldResult, ValidationScore
 
 
@@ -20,12 +20,6 @@ def score_predictions(truth: np.ndarray, predicted: np.ndarray, source: str) -> 
         per_class_f1={name: float(v) for name, v in zip(LABEL_NAMES, per_class)},
         confusion_matrix=confusion_matrix(truth, predicted, labels=range(NUM_CLASSES)).tolist(),
     )
-
-
-def score_fold(record: FoldResult, validation: LabelledTitles, batch_size: int = 512) -> ValidationScore:
-    """One fold's best model alone on the validation titles (a sweep job's validation score)."""
-    probs = fold_probs([record], validation.texts, batch_size)[0]
-    return score_predictions(validation.labels, probs.argmax(1), validation.source)
 
 
 def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:

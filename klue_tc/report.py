@@ -114,6 +114,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "code": record.code.label() if record.code else "unknown",
         "precision": record.precision,
         "device": record.device or "unknown",
+        "selected_on": record.selected_on,
     }
 
 
@@ -226,6 +227,23 @@ def recipe_line(config: dict, folds: pd.DataFrame) -> str:
     )
 
 
+def selection_line(folds: pd.DataFrame) -> str:
+    """How each fold's CV F1 was chosen, from the records (older ones lack the field: the scored fold)."""
+    from klue_tc.records import SELECTED_ON_INNER_SPLIT
+
+    inner = int((folds["selected_on"] == SELECTED_ON_INNER_SPLIT).sum())
+    rule = (
+        "CV macro-F1: each fold's held-out titles scored once, by the checkpoint of the epoch its inner split "
+        "(a stratified share of its training titles, cv.inner_fraction) chose; early stopping reads that split too"
+    )
+    if inner == len(folds):
+        return f"{rule}."
+    old = "each fold's best epoch on its held-out titles, chosen on those same titles (optimistic)"
+    if inner == 0:
+        return f"CV macro-F1: {old}; records of code older than the inner-split selection."
+    return f"**Mixed selection**: {inner} of {len(folds)} folds: {rule}; the rest: {old}."
+
+
 def baseline_scores(config: dict, directory: Path) -> Optional[dict]:
     """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
     from klue_tc.baseline import score_on_folds
@@ -236,7 +254,14 @@ def baseline_scores(config: dict, directory: Path) -> Optional[dict]:
         log.warning("no baseline row: %s", err)
         return None
     validation = rows["validation_f1"].mean() if "validation_f1" in rows else float("nan")
-    return {"f1": rows["f1"].mean(), "f1_std": rows["f1"].std(ddof=1), "validation_f1": validation, "folds": len(rows)}
+    chosen_c = [f"{c:g}" for c in rows["C"]] if "C" in rows else []
+    return {
+        "f1": rows["f1"].mean(),
+        "f1_std": rows["f1"].std(ddof=1),
+        "validation_f1": validation,
+        "folds": len(rows),
+        "C": chosen_c,
+    }
 
 
 def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFrame]:
@@ -310,6 +335,7 @@ def to_markdown(
     ]
     if config is not None:
         lines += [recipe_line(config, folds), ""]
+    lines += [selection_line(folds), ""]
     if len(codes) > 1:
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     lines += ["## Verdicts", "", "Judged from the records (claims.md has the evidence):", ""]
@@ -328,7 +354,9 @@ def to_markdown(
             spread = f" ± {baseline['f1_std']:.4f}" if metric == "f1" else ""
             lines += [
                 f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.4f}**{spread} "
-                f"({baseline['folds']} folds).",
+                f"({baseline['folds']} folds"
+                + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
+                + ").",
                 "",
             ]
         for tokenizer, table in f1_tables(summary, metric).items():
