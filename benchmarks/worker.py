@@ -148,6 +148,7 @@ def run_worker(spec: dict) -> dict:
         "epochs_run": record.epochs_run,
         "steps": timer.steps,
         "train_size": record.train_size,
+        "inner_size": record.inner_size,  # held out of the training titles to choose the epoch on
         "val_size": record.val_size,
         "vocab_size": prepared.tokenizer.vocab_size,
         "max_len": int(lengths.max()),
