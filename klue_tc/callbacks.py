@@ -15,15 +15,30 @@ def _sync(trainer: L.Trainer) -> None:
         torch.cuda.synchronize()
 
 
+# The metric that chooses the epoch, the best checkpoint and when to stop: the inner split's.
+SELECTION_METRIC = "inner/f1"
+# A learning curve point's fields (records.EpochScores) and the logged metrics they come from.
+CURVE_METRICS = {
+    "inner_f1": "inner/f1",
+    "inner_accuracy": "inner/accuracy",
+    "inner_loss": "inner/loss",
+    "f1": "val/f1",
+    "accuracy": "val/accuracy",
+    "loss": "val/loss",
+}
+
+
 class FoldMonitor(L.Callback):
     """Times training steps only (forward, backward, optimiser; no data loading, no validation),
-    skipping the first `warmup_steps` steps (allocator, compile and cache warm-up)."""
+    skipping the first `warmup_steps` steps (allocator, compile and cache warm-up); keeps the
+    learning curve and the epoch the inner split chooses."""
 
     def __init__(self, job_start: float, warmup_steps: int = 1):
         self.job_start, self.warmup_steps = job_start, warmup_steps
         self.step_seconds, self.step_samples, self.steps_seen = 0.0, 0, 0
         self.time_to_first_step: float | None = None
-        self.best_f1, self.best_accuracy, self.best_epoch = float("-inf"), 0.0, -1
+        self.best_inner_f1, self.best_inner_accuracy, self.best_epoch = float("-inf"), 0.0, -1
+        self.curve: list[dict] = []
         self._t0 = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -43,18 +58,21 @@ class FoldMonitor(L.Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
-        f1 = float(trainer.callback_metrics["val/f1"])
-        if f1 > self.best_f1:
-            self.best_f1, self.best_epoch = f1, trainer.current_epoch
-            self.best_accuracy = float(trainer.callback_metrics["val/accuracy"])
+        scores = {field: float(trainer.callback_metrics[metric]) for field, metric in CURVE_METRICS.items()}
+        self.curve.append({"epoch": trainer.current_epoch + 1, **scores})
+        # Strictly better, as ModelCheckpoint and EarlyStopping judge it: the first of equal epochs.
+        if scores["inner_f1"] > self.best_inner_f1:
+            self.best_inner_f1, self.best_epoch = scores["inner_f1"], trainer.current_epoch
+            self.best_inner_accuracy = scores["inner_accuracy"]
 
     def state_dict(self) -> dict:
-        # Saved in the fold's resumable checkpoint: the best epoch so far and the timed steps. The
-        # warm-up skip and the time to first step belong to each process, so they start afresh.
+        # Saved in the fold's resumable checkpoint: the best epoch so far, the curve and the timed
+        # steps. The warm-up skip and the time to first step belong to each process: they start afresh.
         return {
-            "best_f1": self.best_f1,
-            "best_accuracy": self.best_accuracy,
+            "best_inner_f1": self.best_inner_f1,
+            "best_inner_accuracy": self.best_inner_accuracy,
             "best_epoch": self.best_epoch,
+            "curve": self.curve,
             "step_seconds": self.step_seconds,
             "step_samples": self.step_samples,
         }

@@ -311,10 +311,17 @@ class CVConfig:
     folds: int = 5
     fold: Optional[int] = outside_results_key(None)  # run only this fold (each fold has its own record)
     seed: int = 42  # fixed: the same fold assignment on every run and machine
+    # The share of each training fold held out (stratified, seeded by cv.seed) to choose the epoch
+    # and checkpoint on, so that the held-out fold's score is never the one that chose it.
+    inner_fraction: float = 0.1
 
     def checks(self) -> list[Check]:
         return [
             at_least("cv.folds", self.folds, 2),
+            (
+                0.0 < self.inner_fraction <= 0.5,
+                f"cv.inner_fraction must be in (0, 0.5], got {self.inner_fraction}",
+            ),
             (
                 self.fold is None or 0 <= self.fold < self.folds,
                 f"cv.fold must be in 0..{self.folds - 1}, got {self.fold}",

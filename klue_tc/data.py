@@ -437,6 +437,25 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[
     return train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
 
 
+def inner_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fit positions, inner positions) into a training fold's `labels`: of every class `fraction` of
+    its titles (rounded, at least one, never all) held out so that the epoch is chosen on titles no
+    score is reported on. scikit-learn's stratified split may leave a small class out of it."""
+    rng = np.random.default_rng(seed)
+    inner = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        if len(members) < 2:
+            raise DataError(
+                f"cv.inner_fraction={fraction}: class {LABEL_NAMES[label] if label < len(LABEL_NAMES) else label} "
+                f"has {len(members)} title in a training fold, and the inner split needs one besides it"
+            )
+        take = min(max(1, round(fraction * len(members))), len(members) - 1)
+        inner.append(rng.choice(members, take, replace=False))
+    held = np.sort(np.concatenate(inner))
+    return np.setdiff1d(np.arange(len(labels)), held), held
+
+
 def load_splitters() -> None:
     """Import scikit-learn's splitters now (they are slow to import) rather than at the first split, so that a
     caller timing its imports apart from its work can count this one with them."""

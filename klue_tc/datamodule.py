@@ -152,11 +152,14 @@ def make_loader(
 
 
 class FoldDataModule(L.LightningDataModule):
-    """One fold's train and validation titles, already encoded by that fold's tokenizer."""
+    """One fold's titles, already encoded by that fold's tokenizer: those it trains on, the inner
+    split that chooses its epoch, and the held-out fold it is scored on."""
 
-    def __init__(self, train: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int):
+    def __init__(
+        self, train: EncodedSplit, inner: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int
+    ):
         super().__init__()
-        self.train, self.val, self.cfg, self.pad_id, self.seed = train, val, cfg, pad_id, seed
+        self.train, self.inner, self.val, self.cfg, self.pad_id, self.seed = train, inner, val, cfg, pad_id, seed
         # The notebook's path pads everything to the longest training title.
         self.pad_to = int(train.encoded.lengths.max())
         self.resume_at = (-1, 0)  # (epoch, batches done) of an epoch stopped part-way
@@ -204,5 +207,10 @@ class FoldDataModule(L.LightningDataModule):
             shard=self.shard,
         )
 
-    def val_dataloader(self) -> DataLoader:
-        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to, shard=self.shard)
+    def val_dataloader(self) -> list[DataLoader]:
+        # In this order: TopicClassifierModule.validation_step names loader 0 inner/, loader 1 val/.
+        splits = (self.inner, self.val)
+        return [
+            make_loader(split, self.cfg, self.pad_id, train=False, pad_to=self.pad_to, shard=self.shard)
+            for split in splits
+        ]

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from klue_tc.data import LABEL_NAMES, LabelledTitles
-from klue_tc.inference import ensemble_probs, fold_probs
+from klue_tc.inference import ensemble_probs
 from klue_tc.records import FoldResult, ValidationScore
 
 
@@ -25,12 +25,6 @@ def score_predictions(
         per_class_f1={name: float(v) for name, v in zip(label_names, per_class)},
         confusion_matrix=confusion_matrix(truth, predicted, labels=classes).tolist(),
     )
-
-
-def score_fold(record: FoldResult, validation: LabelledTitles, batch_size: int = 512) -> ValidationScore:
-    """One fold's best model alone on the validation titles (a sweep job's validation score)."""
-    probs = fold_probs([record], validation.texts, batch_size)[0]
-    return score_predictions(validation.labels, probs.argmax(1), validation.source, validation.label_names)
 
 
 def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:

@@ -80,6 +80,7 @@ def make_logger(cfg: LoggerConfig, save_dir: Path, name: str, group: str, job_ty
         if run is not None:
             run.define_metric("val/f1", summary="max")
             run.define_metric("val/accuracy", summary="max")
+            run.define_metric("inner/f1", summary="max")  # what chooses the epoch; the record has val's there
             # The run is started here and handed to Lightning: a failure shows now, not mid-training.
             return WandbLogger(experiment=run, save_dir=str(save_dir))
     return CSVLogger(save_dir=str(save_dir), name="csv", version=job_type)

@@ -150,6 +150,7 @@ class TopicClassifierModule(L.LightningModule):
         )
         self.train_metrics = _metrics("train/", len(self.label_names))
         self.val_metrics = _metrics("val/", len(self.label_names))
+        self.inner_metrics = _metrics("inner/", len(self.label_names))
         # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
@@ -271,14 +272,19 @@ class TopicClassifierModule(L.LightningModule):
         self.log_dict(self.train_metrics.compute())
         self.train_metrics.reset()
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        # Loader 0 (FoldDataModule) is the inner split, which chooses the epoch; loader 1 the
+        # held-out fold, logged as val/ for the learning curve only.
+        prefix, metrics = ("inner", self.inner_metrics) if dataloader_idx == 0 else ("val", self.val_metrics)
         logits = self(batch["input_ids"])
-        self.log("val/loss", self.loss(logits, batch["labels"]), batch_size=len(logits))
-        self.val_metrics.update(logits, batch["labels"])
+        loss = self.loss(logits, batch["labels"])
+        self.log(f"{prefix}/loss", loss, batch_size=len(logits), add_dataloader_idx=False)
+        metrics.update(logits, batch["labels"])
 
     def on_validation_epoch_end(self) -> None:
-        self.log_dict(self.val_metrics.compute(), prog_bar=True)
-        self.val_metrics.reset()
+        for metrics in (self.inner_metrics, self.val_metrics):
+            self.log_dict(metrics.compute(), prog_bar=True)
+            metrics.reset()
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"index": batch["index"], "probs": torch.softmax(self(batch["input_ids"]).float(), dim=-1)}

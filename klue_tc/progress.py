@@ -72,7 +72,8 @@ class EpochLine(L.Callback):
         self.job.epochs_done += 1
         epoch, metrics = trainer.current_epoch + 1, trainer.callback_metrics
         log.info(
-            "fold %d/%d (fold %d) epoch %d/%d: val macro-F1 %.4f, accuracy %.4f | elapsed %s, ETA %s",
+            "fold %d/%d (fold %d) epoch %d/%d: val macro-F1 %.4f, accuracy %.4f; inner-split macro-F1 %.4f "
+            "(chooses the epoch) | elapsed %s, ETA %s",
             self.number,
             self.job.folds,
             self.fold,
@@ -80,6 +81,7 @@ class EpochLine(L.Callback):
             trainer.max_epochs,
             float(metrics["val/f1"]),
             float(metrics["val/accuracy"]),
+            float(metrics["inner/f1"]),
             duration(time.monotonic() - self.job.started),
             duration(self.job.eta(trainer.max_epochs - epoch)),
         )

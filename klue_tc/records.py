@@ -14,8 +14,13 @@ from typing import Optional
 
 import numpy as np
 
-from klue_tc.files import atomic_write_json
+from klue_tc.files import atomic_write, atomic_write_json
 from klue_tc.redaction import redact
+
+# What chose a fold's epoch and checkpoint: records made before the inner split existed chose them
+# on the very fold they score (an optimistic CV F1).
+SELECTED_ON_INNER_SPLIT = "inner_split"
+SELECTED_ON_SCORED_FOLD = "scored_fold"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,70 @@ class ValidationScore:
 
 
 @dataclass
+class EpochScores:
+    """One point of a fold's learning curve: the inner split (which chooses the epoch) and the
+    held-out fold (scored every epoch for the curve only; nothing reads it to choose)."""
+
+    epoch: int  # 1-based
+    inner_f1: float
+    inner_accuracy: float
+    inner_loss: float
+    f1: float
+    accuracy: float
+    loss: float
+
+
+@dataclass
+class TitlePredictions:
+    index: np.ndarray  # each title's row: in the job's training titles (the scored fold) or the validation file
+    label: np.ndarray  # its true class
+    predicted: np.ndarray  # the class predicted, from the full-precision probabilities
+    probs: np.ndarray  # (titles, classes), float16: ample for resampling, a quarter of float64's size
+
+    @classmethod
+    def of(cls, index: np.ndarray, label: np.ndarray, probs: np.ndarray) -> TitlePredictions:
+        return cls(
+            np.asarray(index, dtype=np.int32),
+            np.asarray(label, dtype=np.int16),
+            np.asarray(probs).argmax(1).astype(np.int16),
+            np.asarray(probs, dtype=np.float16),
+        )
+
+
+@dataclass
+class FoldPredictions:
+    """A fold model's per-title predictions on the titles it is scored on, so that intervals can
+    resample titles: saved beside its record by the results store (klue_tc/results.py)."""
+
+    scored: TitlePredictions
+    validation: Optional[TitlePredictions] = None
+
+    def save(self, path: Path) -> None:
+        arrays = {
+            f"{part}_{name}": getattr(titles, name)
+            for part, titles in (("scored", self.scored), ("validation", self.validation))
+            if titles is not None
+            for name in ("index", "label", "predicted", "probs")
+        }
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as handle:  # a handle: given a path, numpy would append .npz to it
+                np.savez_compressed(handle, **arrays)
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: Path) -> FoldPredictions:
+        with np.load(path) as stored:
+            parts = {
+                part: TitlePredictions(*(stored[f"{part}_{name}"] for name in ("index", "label", "predicted", "probs")))
+                for part in ("scored", "validation")
+                if f"{part}_index" in stored
+            }
+        return cls(parts["scored"], parts.get("validation"))
+
+
+@dataclass
 class FoldResult:
     fold: int
     f1: float
@@ -91,9 +160,20 @@ class FoldResult:
     validation: Optional[ValidationScore] = None  # this fold's model alone on the validation set
     # Where its loss stopped being finite (its F1 is NaN then, left out of every mean); None: it did not.
     diverged: Optional[str] = None
+    # The inner split's score at the chosen epoch (what chose it), beside f1/accuracy: the held-out
+    # fold's score of the chosen checkpoint. Records of older code lack them (None, 0, []).
+    inner_f1: Optional[float] = None
+    inner_accuracy: Optional[float] = None
+    inner_size: int = 0
+    selected_on: str = SELECTED_ON_SCORED_FOLD
+    learning_curve: list[EpochScores] = field(default_factory=list)
+    # Not in the JSON: the results store saves and loads it beside the record.
+    predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        payload = asdict(replace(self, predictions=None))
+        del payload["predictions"]
+        return payload
 
     def relative_to(self, base: Path) -> FoldResult:
         """The record with its model files named relative to `base` where they lie inside it, so
@@ -119,11 +199,12 @@ class FoldResult:
 
     @classmethod
     def from_dict(cls, payload: dict) -> FoldResult:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"predictions"}
         values = {k: v for k, v in payload.items() if k in known}
         for key, kind in (("describe", Describe), ("code", CodeVersion), ("validation", ValidationScore)):
             if isinstance(values.get(key), dict):
                 values[key] = kind(**values[key])
+        values["learning_curve"] = [EpochScores(**epoch) for epoch in values.get("learning_curve", [])]
         return cls(**values)
 
     def save(self, path: Path) -> None:

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, Progress
 from lightning.pytorch.loggers import Logger
 
 from klue_tc import interrupts
-from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, LogEveryEpoch, RandomState
+from klue_tc.callbacks import SELECTION_METRIC, ExponentialMovingAverage, FoldMonitor, LogEveryEpoch, RandomState
 from klue_tc.checkpoints import (
     RESUME_CHECKPOINT_EVERY_S,
     AtomicCheckpointIO,
@@ -30,13 +30,21 @@ from klue_tc.checkpoints import (
     save_weights_only,
 )
 from klue_tc.config import RunConfig, TrainerConfig
-from klue_tc.data import LabelledTitles
+from klue_tc.data import LabelledTitles, inner_split
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
-from klue_tc.evaluate import score_fold
+from klue_tc.evaluate import score_predictions
 from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
+from klue_tc.inference import encoded_probs, predict_probs
 from klue_tc.module import TopicClassifierModule, TrainingDiverged
-from klue_tc.records import FoldResult
+from klue_tc.records import (
+    SELECTED_ON_INNER_SPLIT,
+    EpochScores,
+    FoldPredictions,
+    FoldResult,
+    TitlePredictions,
+    ValidationScore,
+)
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
 log = logging.getLogger(__name__)
@@ -46,22 +54,27 @@ log = logging.getLogger(__name__)
 class PreparedFold:
     tokenizer: Tokenizer
     tokenizer_key: str
-    train: EncodedSplit
-    val: EncodedSplit
+    train: EncodedSplit  # the titles trained on
+    val: EncodedSplit  # the held-out fold: scored, never read to choose
+    inner: EncodedSplit  # the inner split of the training fold: chooses the epoch and checkpoint
+    val_index: np.ndarray  # the held-out titles' rows in the job's titles
     label_names: tuple[str, ...]  # the classes the model predicts, in id order
 
 
 def prepare_fold(
     run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, val_idx: np.ndarray, cache: TokenizerCache
 ) -> PreparedFold:
-    """The tokenizer sees the fold's training titles only; all titles are encoded once and cached."""
+    """The tokenizer sees the fold's training titles only (the inner split's among them: unlabelled
+    text, and no title is scored on them); all titles are encoded once and cached."""
     train_part = data.subset(train_idx)
     tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
     encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
+    fit, inner = inner_split(train_part.labels, run.cv.inner_fraction, run.cv.seed)
+    fit_idx, inner_idx = train_idx[fit], train_idx[inner]
     resample = None
     alpha = getattr(run.tokenizer, "sampling_alpha", 0.0)
     if alpha > 0:
-        texts, seed = train_part.texts, run.seed
+        texts, seed = [data.texts[i] for i in fit_idx], run.seed
 
         def sampled(epoch: int) -> EncodedTitles:
             return EncodedTitles.from_lists(tokenizer.encode_sampled(texts, alpha, seed + epoch))
@@ -70,8 +83,10 @@ def prepare_fold(
     return PreparedFold(
         tokenizer,
         key,
-        EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),
+        EncodedSplit(encoded.take(fit_idx), data.labels[fit_idx], resample),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
+        EncodedSplit(encoded.take(inner_idx), data.labels[inner_idx]),
+        np.asarray(val_idx),
         data.label_names,
     )
 
@@ -139,7 +154,9 @@ def train_fold(
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
         # faster than one symbolic in the width, which any width would need.
         module.model = torch.compile(module.model, dynamic=run.data.pad_multiple == 1)
-    datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
+    datamodule = FoldDataModule(
+        prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
+    )
     monitor = FoldMonitor(job_start)
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
@@ -149,14 +166,14 @@ def train_fold(
     best = ModelCheckpoint(
         dirpath=str(state_dir),
         filename="best",
-        monitor="val/f1",
+        monitor=SELECTION_METRIC,
         mode="max",
         save_top_k=1,
         save_weights_only=not averaging,
         enable_version_counter=False,
     )
     latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S, fold)
-    early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
+    early_stop = EarlyStopping(monitor=SELECTION_METRIC, mode="max", patience=run.trainer.early_stopping_patience)
     trainer = make_trainer(
         run.trainer,
         fold_dir,
@@ -179,15 +196,35 @@ def train_fold(
         save_weights_only(Path(best.best_model_path), checkpoint)
     with reporting_full_disk(fold_dir / "tokenizer"):
         tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
+    train_seconds = time.perf_counter() - started
+    # The fold's score: the chosen checkpoint on the held-out titles, computed once, after fit (and as
+    # prediction computes it), so that nothing during training could have read it to choose.
+    chosen = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
+    scored_probs = encoded_probs(
+        chosen, prepared.val.encoded, prepared.tokenizer.specials.pad, run.data.eval_batch_size
+    )
+    scored = score_predictions(prepared.val.labels, scored_probs.argmax(1), "held-out fold", prepared.label_names)
+    predictions = FoldPredictions(TitlePredictions.of(prepared.val_index, prepared.val.labels, scored_probs))
+    validation_score: Optional[ValidationScore] = None
+    if validation is not None and checkpoint is not None:
+        validation_probs = predict_probs(chosen, prepared.tokenizer, validation.texts, run.data.eval_batch_size)
+        validation_score = score_predictions(
+            validation.labels, validation_probs.argmax(1), validation.source, prepared.label_names
+        )
+        predictions.validation = TitlePredictions.of(np.arange(len(validation)), validation.labels, validation_probs)
+    if logger is not None:  # beside the per-epoch curves, whose val/ maximum is not the fold's score
+        chosen_epoch = monitor.best_epoch + 1
+        logger.log_metrics({"fold/f1": scored.f1, "fold/accuracy": scored.accuracy, "fold/epoch": chosen_epoch})
+        logger.save()
     result = FoldResult(
         fold=fold,
-        f1=monitor.best_f1,
-        accuracy=monitor.best_accuracy,
+        f1=scored.f1,
+        accuracy=scored.accuracy,
         best_epoch=monitor.best_epoch + 1,
         epochs_run=trainer.current_epoch,
         train_samples_per_s=monitor.samples_per_s,
         time_to_first_step_s=monitor.time_to_first_step,
-        train_seconds=time.perf_counter() - started,
+        train_seconds=train_seconds,
         train_size=len(prepared.train.encoded),
         val_size=len(prepared.val.encoded),
         checkpoint=str(checkpoint.resolve()) if checkpoint else None,
@@ -195,10 +232,16 @@ def train_fold(
         precision=default_precision(run.trainer),
         device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
         threads=torch.get_num_threads(),
+        validation=validation_score,
+        inner_f1=monitor.best_inner_f1 if monitor.best_epoch >= 0 else None,
+        inner_accuracy=monitor.best_inner_accuracy if monitor.best_epoch >= 0 else None,
+        inner_size=len(prepared.inner.encoded),
+        selected_on=SELECTED_ON_INNER_SPLIT,
+        learning_curve=[EpochScores(**point) for point in monitor.curve],
+        predictions=predictions,
         diverged=diverged,
     )
-    if diverged is not None:
+    if diverged is not None:  # its weights are not a model: no score, left out of every mean
         result.f1 = result.accuracy = float("nan")
-    if validation is not None and checkpoint is not None:
-        result.validation = score_fold(result, validation, run.data.eval_batch_size)
+        result.validation, result.predictions = None, None
     return result

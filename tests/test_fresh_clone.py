@@ -176,7 +176,11 @@ def test_a_sweep_ends_with_the_report_path(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(klue_tc.report.write, "write_report", lambda directory, **kwargs: None)
     config = OmegaConf.create(
-        {"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}, "logger": {"name": "none", "wandb": {}}, "sweep": "smoke"}
+        {
+            "hydra": {"sweep": {"dir": str(tmp_path / "sweep")}},
+            "logger": {"name": "none", "wandb": {}},
+            "sweep": "smoke",
+        }
     )
     SweepReportCallback().on_multirun_end(config)
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"report: {tmp_path / 'sweep' / 'report.md'}"

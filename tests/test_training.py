@@ -185,6 +185,7 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     module = FoldDataModule(
         EncodedSplit(plain, labels, resample),
         EncodedSplit(plain, labels),
+        EncodedSplit(plain, labels),
         DataConfig(batch_size=len(texts)),
         tok.specials.pad,
         seed=0,

@@ -93,6 +93,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "precision": record.precision,
         "device": record.device or "unknown",
         "diverged": record.diverged or "",
+        "selected_on": record.selected_on,
         "val_size": record.val_size,  # the held-out titles the fold's F1 was measured on
         "classes": class_count(record),
     }
@@ -113,6 +114,8 @@ class Recipe:
     data: DataConfig = field(default_factory=DataConfig)
     cv: CVConfig = field(default_factory=CVConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # The runs' cv.inner_fraction; None: runs of older code, which chose their epoch on the scored fold.
+    inner_fraction: Optional[float] = None
 
     def same_titles_and_folds(self) -> tuple:
         """What must agree between runs for one baseline row to fit them all."""
@@ -138,10 +141,12 @@ def load_recipe(path: Path) -> Optional[Recipe]:
         return None
     schema = OmegaConf.structured(Recipe)
     try:
-        return OmegaConf.to_object(OmegaConf.merge(schema, known_keys(Recipe(), config)))
+        recipe = OmegaConf.to_object(OmegaConf.merge(schema, known_keys(Recipe(), config)))
     except Exception as err:  # a config.yaml the schema cannot read is no run's settings
         log.warning("%s skipped: %s", path, str(err).splitlines()[0])
         return None
+    recipe.inner_fraction = config["cv"].get("inner_fraction")
+    return recipe
 
 
 def run_recipe(directory: Path) -> Optional[Recipe]:

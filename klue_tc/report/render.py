@@ -148,6 +148,7 @@ def to_markdown(
     ]
     if recipe is not None:
         lines += [recipe_line(recipe, folds), ""]
+    lines += [selection_line(folds), ""]
     if len(codes) > 1:
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     if shared is not None:
@@ -166,7 +167,9 @@ def to_markdown(
             spread = f" ± {baseline['f1_std']:.4f}" if metric == "f1" else ""
             lines += [
                 f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.4f}**{spread} "
-                f"({baseline['folds']} folds).",
+                f"({baseline['folds']} folds"
+                + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
+                + ").",
                 "",
             ]
         for tokenizer, table in f1_tables(summary, metric).items():
@@ -203,6 +206,23 @@ def to_markdown(
     if plots:
         lines += [f"Plots: {', '.join(plots)}", ""]
     return "\n".join(lines)
+
+
+def selection_line(folds: pd.DataFrame) -> str:
+    """How each fold's CV F1 was chosen, from the records (older ones lack the field: the scored fold)."""
+    from klue_tc.records import SELECTED_ON_INNER_SPLIT
+
+    inner = int((folds["selected_on"] == SELECTED_ON_INNER_SPLIT).sum())
+    rule = (
+        "CV macro-F1: each fold's held-out titles scored once, by the checkpoint of the epoch its inner split "
+        "(a stratified share of its training titles, cv.inner_fraction) chose; early stopping reads that split too"
+    )
+    if inner == len(folds):
+        return f"{rule}."
+    old = "each fold's best epoch on its held-out titles, chosen on those same titles (optimistic)"
+    if inner == 0:
+        return f"CV macro-F1: {old}; records of code older than the inner-split selection."
+    return f"**Mixed selection**: {inner} of {len(folds)} folds: {rule}; the rest: {old}."
 
 
 def diverged_lines(diverged: list[dict]) -> str:

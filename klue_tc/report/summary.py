@@ -172,9 +172,18 @@ def baseline_scores(recipe: Recipe, directory: Path) -> Optional[dict]:
     from klue_tc.baseline import score_on_folds
 
     try:
-        rows = pd.DataFrame(score_on_folds(recipe.data, recipe.cv, recipe.seed, directory / "baseline.json"))
+        rows = pd.DataFrame(
+            score_on_folds(recipe.data, recipe.cv, recipe.seed, directory / "baseline.json", recipe.inner_fraction)
+        )
     except KlueTcError as err:
         log.warning("no baseline row: %s", err)
         return None
     validation = rows["validation_f1"].mean() if "validation_f1" in rows else float("nan")
-    return {"f1": rows["f1"].mean(), "f1_std": rows["f1"].std(ddof=1), "validation_f1": validation, "folds": len(rows)}
+    chosen_c = [f"{c:g}" for c in rows["C"]] if "C" in rows else []
+    return {
+        "f1": rows["f1"].mean(),
+        "f1_std": rows["f1"].std(ddof=1),
+        "validation_f1": validation,
+        "folds": len(rows),
+        "C": chosen_c,
+    }
