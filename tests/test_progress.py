@@ -62,6 +62,7 @@ class TinyClassifier(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.log("val/f1", 0.5)
         self.log("val/accuracy", 0.5)
+        self.log("inner/f1", 0.5)  # the epoch line names the split that chooses the epoch too
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -88,7 +89,7 @@ def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monk
     job_log = logging.getLogger("klue_tc")  # as a job sets it up (an earlier test's Hydra run may have disabled it)
     for attribute, value in (("level", logging.INFO), ("disabled", False), ("propagate", True)):
         monkeypatch.setattr(job_log, attribute, value)
-    bar = EpochProgressBar(refresh_rate=1, console_kwargs={"force_terminal": True, "file": terminal, "width": 150})
+    bar = EpochProgressBar(refresh_rate=1, console_kwargs={"force_terminal": True, "file": terminal, "width": 200})
     try:
         cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="rich")
         trainer = make_trainer(cfg, tmp_path, None, [JobProgress(1, 2).callback(0), bar])
