@@ -62,6 +62,22 @@ def read_labelled_file(
 ) -> LabelledTitles:
     """KLUE json, jsonl, csv or tsv (or any of them xz-compressed) with a title and a label column
     (id 0-6 or Korean name); a UTF-8 BOM and Windows line ends are fine."""
+    path, text, path_for_type = _decoded_file(path)
+    frame, locations = _parse(path_for_type, text, str(path))
+    return from_frame(
+        frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
+    )
+
+
+def read_unlabelled_file(path: str | Path) -> list[str]:
+    """Unlabelled titles, one a line (plain text, or xz-compressed), with the labelled files'
+    checks; blank lines are skipped."""
+    _, text, _ = _decoded_file(path)  # a file of blank lines only is reported as empty there
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _decoded_file(path: str | Path) -> tuple[Path, str, Path]:
+    """The file's text, decompressed and decoded, and the path its type is read from."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise DataError(f"{path}: is a directory; pass the file inside it (e.g. {path}/train.tsv)")
@@ -83,10 +99,7 @@ def read_labelled_file(
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
-    frame, locations = _parse(path_for_type, text, str(path))
-    return from_frame(
-        frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
-    )
+    return path, text, path_for_type
 
 
 def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[str]]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger(__name__)
 
 
 def current_umask() -> int:
@@ -44,3 +49,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
+    """Hold `lock` (an flock, released when the process dies); a second holder logs and waits."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(waiting_message)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -88,6 +88,7 @@ class FoldResult:
     device: str = ""  # what trained it: the GPU's name, or the CPU's model
     threads: int = 0  # torch's CPU threads
     validation: Optional[ValidationScore] = None  # this fold's model alone on the validation set
+    pretrained: Optional[dict] = None  # the stored pretrained encoder it started from: key, path, corpus
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -28,6 +28,7 @@ from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.evaluate import score_fold
 from klue_tc.hardware import default_precision, device_name
 from klue_tc.module import TopicClassifierModule
+from klue_tc.pretraining import PretrainedEncoder, load_pretrained_encoder
 from klue_tc.records import FoldResult
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
@@ -43,11 +44,20 @@ class PreparedFold:
 
 
 def prepare_fold(
-    run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, val_idx: np.ndarray, cache: TokenizerCache
+    run: RunConfig,
+    data: LabelledTitles,
+    train_idx: np.ndarray,
+    val_idx: np.ndarray,
+    cache: TokenizerCache,
+    pretrained: Optional[PretrainedEncoder] = None,
 ) -> PreparedFold:
-    """The tokenizer sees the fold's training titles only; all titles are encoded once and cached."""
+    """The tokenizer sees the fold's training titles only (or, after pretraining, the pretraining
+    corpus: the encoder's own); all titles are encoded once and cached."""
     train_part = data.subset(train_idx)
-    tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
+    if pretrained is not None:
+        tokenizer, key = pretrained.tokenizer, pretrained.tokenizer_key
+    else:
+        tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
     encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
     resample = None
     alpha = getattr(run.tokenizer, "sampling_alpha", 0.0)
@@ -102,16 +112,19 @@ def train_fold(
     state_dir: Path,
     callbacks: Sequence[L.Callback] = (),
     validation: Optional[LabelledTitles] = None,
+    pretrained: Optional[PretrainedEncoder] = None,
 ) -> FoldResult:
     """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
     once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
     and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it."""
+    and run after the ones that make it. With `pretrained`, the encoder starts from its weights."""
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
         prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
     )
+    if pretrained is not None:
+        load_pretrained_encoder(module.model, pretrained)
     if run.trainer.compile:
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
         # faster than one symbolic in the width, which any width would need.
@@ -163,6 +176,7 @@ def train_fold(
         precision=default_precision(run.trainer),
         device=device_name(run.trainer),
         threads=torch.get_num_threads(),
+        pretrained=pretrained.record() if pretrained is not None else None,
     )
     if validation is not None and checkpoint is not None:
         result.validation = score_fold(result, validation, run.data.eval_batch_size)
