@@ -3,13 +3,15 @@ never holds a scored title, the store that trains a key once and resumes it, and
 
 import json
 import logging
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import SHARED_KOBERT, TINY_MODEL, make_headlines, write_tsv
-from jobs import compose_job, run_in_process
+from jobs import compose_job, run_cli, run_in_process
 from klue_tc import pretraining
 from klue_tc.config import validate
 from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
@@ -323,3 +325,36 @@ def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path
     # A second sweep over the same key: the results are found and nothing trains.
     run_in_process([*common, "results.resume=false"], tmp_path / "run2")
     assert len(list((tmp_path / "pretrained").iterdir())) == 1
+
+
+@pytest.mark.slow
+def test_the_command_line_pretrains_then_fine_tunes_and_logs_pretraining_as_its_own_run(tmp_path, tiny_tsv):
+    validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=3, seed=7))
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        [
+            "+experiment=trans_blstm",
+            f"data.path={tiny_tsv}",
+            f"data.validation_path={validation}",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=1",
+            "encoder.layers=1",
+            f"results.dir={tmp_path / 'results'}",
+            *TINY_MODEL,
+            "pretrain=mlm",
+            "pretrain.epochs=2",
+            "pretrain.batch_size=16",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"pretraining step (\d+)/\1: MLM loss \d+\.\d{3} \| elapsed", done.stdout + done.stderr)
+    fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
+    stored = Path(fold["pretrained"]["path"])
+    assert stored.parent == tmp_path / "pretrained" and (stored / "encoder.pt").is_file()
+    assert fold["pretrained"]["steps"] == 2 * -(-fold["pretrained"]["corpus_titles"] // 16)
+    payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
+    pretrain_runs = [p for p in payloads if b"pretrain/mlm_loss" in p]
+    assert len(pretrain_runs) == 1 and f"trans_blstm-{fold['config_hash']}".encode() in pretrain_runs[0]
