@@ -4,6 +4,7 @@ never holds a scored title, the store that trains a key once and resumes it, and
 import json
 import logging
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -213,6 +214,32 @@ def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     assert again.key == first.key and again.path == first.path
     other_seed = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "seed=7")
     assert pretraining.pretrained_key(other_seed, corpus, None) != first.key
+
+
+def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path, monkeypatch):
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    key = pretraining.pretrained_key(run, corpus, None)
+    train_and_store = pretraining._train_and_store
+    trained = []
+
+    def counted(*args, **kwargs):
+        trained.append(threading.current_thread().name)
+        return train_and_store(*args, **kwargs)
+
+    monkeypatch.setattr(pretraining, "_train_and_store", counted)
+    found = {}
+    second = threading.Thread(
+        target=lambda: found.setdefault("encoder", ensure_pretrained(run, corpus, store, cache, None)), name="second"
+    )
+    with store.claim(key):  # the first job holds the key while it trains
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive()  # waiting for the lock, not training
+        first = pretraining._train_and_store(run, corpus, key, store, cache, None)
+    second.join(timeout=60)
+    assert not second.is_alive() and trained == ["MainThread"]
+    assert found["encoder"].key == first.key and found["encoder"].meta == first.meta
 
 
 class Killed(Exception):
