@@ -6,15 +6,17 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 # the wheel index for torch alone, e.g. https://download.pytorch.org/whl/cu124 for a CUDA build
 TORCH_INDEX ?=
-SWEEP  ?= paper
+# the sweep files: sweeps/<name>.yaml; `make sweep` asks for one by name (paper is 600 full-size jobs)
+SWEEPS := $(sort $(basename $(notdir $(wildcard sweeps/*.yaml))))
+SWEEP  ?=
 ARGS   ?=
 DIR    ?=
 
-.PHONY: help install lint test test-all test-slurm sweep report bench bench-gpu clean
+.PHONY: help install lint test test-all test-slurm sweep sweep-named report bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: SWEEP=paper|smoke  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0  TORCH_INDEX=wheel index URL"
+	@echo "  variables: SWEEP=$(subst $(eval) ,|,$(SWEEPS))  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0  TORCH_INDEX=wheel index URL"
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,8 +41,12 @@ test-slurm: install  ## start a one-node SLURM here (scripts/slurm-local.sh, roo
 	$(if $(filter 0,$(shell id -u)),,sudo) bash scripts/slurm-local.sh
 	$(PY) -m pytest -m slurm -rs -s tests/test_slurm.py
 
-sweep: install  ## run sweeps/$(SWEEP).yaml (resumes: finished jobs are skipped)
+sweep: sweep-named install  ## run sweeps/$(SWEEP).yaml, SWEEP named (resumes: finished jobs are skipped)
 	$(PY) -m klue_tc --multirun --config-dir sweeps --config-name $(SWEEP) $(ARGS)
+
+sweep-named:
+	@test -n "$(SWEEP)" || { echo "make sweep needs SWEEP=<name>, one of: $(SWEEPS) (sweeps/*.yaml; smoke: 8 tiny jobs, paper: 600 full-size ones)"; exit 2; }
+	@test -f sweeps/$(SWEEP).yaml || { echo "no sweep $(SWEEP): SWEEP is one of $(SWEEPS)"; exit 2; }
 
 report: install  ## F1 comparison table for DIR (a run or sweep directory)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=outputs/sweeps/paper"; exit 2; }

@@ -29,13 +29,11 @@ from benchmarks.cli import main
 from benchmarks.constants import DEFAULT_DATA, ENCODERS, LAYERS, REPO_ROOT, YNAT_TRAIN_TITLES
 from benchmarks.processes import Finished, run_measured
 from benchmarks.projection import (
-    PAPER_GRID,
     concurrent_throughput,
     fastest,
     gpu_projection,
-    grid_axis,
-    paper_sweep_settings,
     project_sweep,
+    sweep_grid,
 )
 from benchmarks.reference import (
     CPU_CLOCK_LAUNCHER,
@@ -71,12 +69,10 @@ __all__ = [
     "REFERENCE_ARCH",
     "parse_reference_line",
     "reference_split",
-    "PAPER_GRID",
     "concurrent_throughput",
     "fastest",
     "gpu_projection",
-    "grid_axis",
-    "paper_sweep_settings",
+    "sweep_grid",
     "project_sweep",
     "DASH",
     "TABLE_HEADER",

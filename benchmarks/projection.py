@@ -1,15 +1,15 @@
-"""The paper sweep's grid and its projected wall time, from measured (and concurrent) throughput."""
+"""The paper sweep's projected wall time, its grid read from sweeps/paper.yaml, from measured (and
+concurrent) throughput."""
 
 from __future__ import annotations
 
-import re
+import functools
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.constants import ENCODERS, LAYERS, REPO_ROOT, YNAT_TRAIN_TITLES
+from omegaconf import OmegaConf
 
-# The paper sweep (sweeps/paper.yaml): 4 encoders x 2 LN x 5 layer counts x 3 tokenizers x 5 folds.
-PAPER_GRID = {"encoders": ENCODERS, "lns": 2, "layers": (2, 3, 4, 5, 6), "tokenizers": 3, "folds": 5}
+from benchmarks.constants import LAYERS, REPO_ROOT, YNAT_TRAIN_TITLES
 
 
 def project_sweep(
@@ -18,15 +18,14 @@ def project_sweep(
     *,
     epochs: int,
     overhead_s: float,
+    jobs: dict[str, dict[int, int]],
     n_titles: int = YNAT_TRAIN_TITLES,
     folds: int = 5,
-    lns: int = 2,
-    tokenizers: int = 3,
-    layers: Sequence[int] = (2, 3, 4, 5, 6),
     measured_layers: int = LAYERS,
     parallel_speedup: Optional[dict[int, dict[str, float]]] = None,
 ) -> dict:
-    """Wall time of a grid of single-fold jobs (encoder x LN x layers x tokenizer x fold).
+    """Wall time of a sweep's single-fold jobs: `jobs[encoder][layers]` of them (sweep_grid), for
+    the encoders whose speed was measured.
 
     Each job trains on (folds-1)/folds of `n_titles` for `epochs` epochs and validates on the
     rest after every epoch. Training and validation times come from the titles/s measured at
@@ -37,19 +36,18 @@ def project_sweep(
     """
     train_titles = n_titles * (folds - 1) / folds
     val_titles = n_titles / folds
-    repeats = lns * tokenizers * folds
-    per_job, gpu_total, overhead_total, jobs = {}, {}, 0.0, 0
+    per_job, gpu_total, overhead_total, count = {}, {}, 0.0, 0
     for encoder, speed in titles_per_s.items():
         eval_speed = eval_titles_per_s.get(encoder)
         per_job[encoder], gpu_total[encoder] = {}, 0.0
-        for n_layers in layers:
+        for n_layers, repeats in sorted(jobs.get(encoder, {}).items()):
             scale = n_layers / measured_layers
             train_s = epochs * train_titles / speed * scale
             val_s = epochs * val_titles / eval_speed * scale if eval_speed else 0.0
             per_job[encoder][n_layers] = train_s + val_s + overhead_s
             gpu_total[encoder] += (train_s + val_s) * repeats
             overhead_total += overhead_s * repeats
-            jobs += repeats
+            count += repeats
     sequential = sum(gpu_total.values()) + overhead_total
     parallel = {}
     for k, speedups in sorted((parallel_speedup or {}).items()):
@@ -57,7 +55,7 @@ def project_sweep(
             sum(total / speedups.get(encoder, 1.0) for encoder, total in gpu_total.items()) + overhead_total / k
         )
     return {
-        "jobs": jobs,
+        "jobs": count,
         "epochs": epochs,
         "train_titles": train_titles,
         "val_titles": val_titles,
@@ -67,48 +65,45 @@ def project_sweep(
     }
 
 
-def grid_axis(spec) -> list[str]:
-    """Values of one Hydra sweeper axis: `a,b,c`, `range(a,b[,step])` or a YAML list."""
-    if isinstance(spec, (list, tuple)):
-        return [str(v) for v in spec]
-    text = str(spec).strip()
-    match = re.fullmatch(r"range\((-?\d+)\s*,\s*(-?\d+)(?:\s*,\s*(-?\d+))?\)", text)
-    if match:
-        start, stop, step = int(match[1]), int(match[2]), int(match[3] or 1)
-        return [str(v) for v in range(start, stop, step)]
-    return [v.strip() for v in text.split(",") if v.strip()]
+@functools.cache  # composing the sweep file takes seconds; it does not change under a run
+def sweep_grid(name: str = "paper", repo: Path = REPO_ROOT) -> dict:
+    """sweeps/<name>.yaml as `make sweep` expands it: its jobs per encoder and layer count, and
+    the epochs, folds and batch-width multiple its jobs run with."""
+    from klue_tc.sweeps import compose_sweep, sweep_jobs
 
-
-def paper_sweep_settings(repo: Path = REPO_ROOT) -> dict:
-    """max_epochs, layer counts and batch-width multiple of sweeps/paper.yaml (else the schema's
-    defaults and the issue's grid)."""
-    from omegaconf import OmegaConf
-
-    from klue_tc.config import DataConfig, TrainerConfig
-
-    settings = {
-        "epochs": TrainerConfig().max_epochs,
-        "layers": PAPER_GRID["layers"],
-        "jobs_in_file": None,
-        "source": "klue_tc.config.TrainerConfig",
-        "pad_multiple": DataConfig().pad_multiple,
+    dirs = {"sweeps_dir": repo / "sweeps", "conf_dir": repo / "conf"}
+    jobs = sweep_jobs(name, **dirs)
+    composed: dict[tuple, object] = {}  # one composition per experiment and encoder choice
+    grid: dict[str, dict[int, int]] = {}
+    experiments: dict[str, str] = {}  # each encoder's experiment (its head and sizes) in the sweep
+    settings = set()
+    for job in jobs:
+        choices = tuple(o for o in job if o.split("=", 1)[0] in ("+experiment", "encoder"))
+        if choices not in composed:
+            composed[choices] = compose_sweep(name, choices, **dirs)
+        cfg = composed[choices]
+        values = dict(o.split("=", 1) for o in job)
+        layers = int(values.get("encoder.layers", cfg.encoder.layers))
+        grid.setdefault(cfg.encoder.name, {}).setdefault(layers, 0)
+        grid[cfg.encoder.name][layers] += 1
+        experiments.setdefault(cfg.encoder.name, cfg.get("experiment"))
+        settings.add(tuple(values.get(key, OmegaConf.select(cfg, key)) for key in SETTINGS))
+    if len(settings) != 1:
+        raise ValueError(f"sweeps/{name}.yaml: its jobs differ in {', '.join(SETTINGS)}; one projection needs one")
+    epochs, folds, pad_multiple = (int(v) for v in settings.pop())
+    return {
+        "jobs": grid,
+        "experiments": experiments,
+        "jobs_in_file": len(jobs),
+        "epochs": epochs,
+        "folds": folds,
+        "pad_multiple": pad_multiple,
+        "layers": tuple(sorted({n for per in grid.values() for n in per})),
+        "source": f"sweeps/{name}.yaml",
     }
-    paper = repo / "sweeps" / "paper.yaml"
-    if paper.is_file():
-        cfg = OmegaConf.to_container(OmegaConf.load(paper), resolve=False)
-        params = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
-        epochs = params.get("trainer.max_epochs") or (cfg.get("trainer") or {}).get("max_epochs")
-        settings["pad_multiple"] = int((cfg.get("data") or {}).get("pad_multiple", settings["pad_multiple"]))
-        if epochs is not None and len(grid_axis(epochs)) == 1:
-            settings["epochs"], settings["source"] = int(grid_axis(epochs)[0]), str(paper.relative_to(repo))
-        if "encoder.layers" in params:
-            settings["layers"] = tuple(int(v) for v in grid_axis(params["encoder.layers"]))
-        if params:
-            jobs = 1
-            for spec in params.values():
-                jobs *= len(grid_axis(spec))
-            settings["jobs_in_file"] = jobs
-    return settings
+
+
+SETTINGS = ("trainer.max_epochs", "cv.folds", "data.pad_multiple")
 
 
 def fastest(trials: Sequence[dict]) -> Optional[dict]:
@@ -141,7 +136,7 @@ def gpu_projection(report: dict) -> dict:
         if r.get("klue_tc")
     }
     evals = {r["encoder"]: r["klue_tc"].get("eval_samples_per_s") for r in report["results"] if r.get("klue_tc")}
-    settings = paper_sweep_settings()
+    settings = sweep_grid("paper")
     cached = (report.get("overhead") or {}).get("cached") or {}
     overhead_s = cached.get("wall_s") or 0.0
     # k jobs at once: the measured speed-up of the sweep's mix of encoders over one job at a time.
@@ -156,7 +151,8 @@ def gpu_projection(report: dict) -> dict:
         evals,
         epochs=settings["epochs"],
         overhead_s=overhead_s,
-        layers=settings["layers"],
+        jobs=settings["jobs"],
+        folds=settings["folds"],
         parallel_speedup=parallel,
     )
     measured = {k: wall for k, wall in projection["parallel_s"].items() if f"k={k}" not in assumed}

@@ -310,8 +310,8 @@ def projection_lines(report: dict) -> list[str]:
         lines.append(f"Not measured, assumed 1x: {', '.join(p['parallel_assumed_1x'])}.")
     if st.get("jobs_in_file") and st["jobs_in_file"] != p["jobs"]:
         lines.append(
-            f"Note: sweeps/paper.yaml's own grid has {st['jobs_in_file']} jobs; this projection uses "
-            f"the issue's {p['jobs']}."
+            f"Note: sweeps/paper.yaml's grid has {st['jobs_in_file']} jobs; this projection covers the "
+            f"{p['jobs']} of the encoders measured."
         )
     return lines
 

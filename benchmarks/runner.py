@@ -14,7 +14,7 @@ from typing import Optional
 
 from benchmarks.constants import LAYERS, REPO_ROOT
 from benchmarks.processes import _kill, child_env, run_measured
-from benchmarks.projection import concurrent_throughput, fastest, gpu_projection, paper_sweep_settings
+from benchmarks.projection import concurrent_throughput, fastest, gpu_projection, sweep_grid
 from benchmarks.reference import CPU_CLOCK_LAUNCHER, REFERENCE_ARCH, parse_reference_line
 
 
@@ -48,9 +48,12 @@ class Bench:
         self, encoder: str, bucketing: bool, name: str, barrier: Optional[dict] = None, threads: Optional[int] = None
     ) -> dict:
         # On a GPU the bucketed runs use the paper sweep's batch widths (a multiple of 8).
-        shapes = [f"data.pad_multiple={paper_sweep_settings()['pad_multiple']}"] if self.gpu and bucketing else []
+        paper = sweep_grid("paper")
+        shapes = [f"data.pad_multiple={paper['pad_multiple']}"] if self.gpu and bucketing else []
+        experiment = paper["experiments"].get(encoder)  # its head and sizes as the paper sweep runs it
         return {
             "encoder": encoder,
+            "choice": f"+experiment={experiment}" if experiment else f"encoder={encoder}",
             "bucketing": bucketing,
             "layers": LAYERS,
             "data": str(self.data),

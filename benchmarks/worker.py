@@ -24,7 +24,7 @@ def compose_run(overrides: Sequence[str]):
 
 def run_overrides(spec: dict) -> list[str]:
     return [
-        f"+experiment={spec['encoder']}",
+        spec.get("choice", f"encoder={spec['encoder']}"),
         f"encoder.layers={spec.get('layers', LAYERS)}",
         "tokenizer=sentencepiece",
         "tokenizer.vocab_size=6000",
@@ -88,7 +88,7 @@ def _loop_timer_class():
                 return
             sync(trainer)
             self.val_seconds += time.perf_counter() - self._val_t0
-            self.val_samples += len(trainer.datamodule.val.encoded)
+            self.val_samples += len(trainer.datamodule.val.encoded) + len(trainer.datamodule.inner.encoded)
             self.val_runs += 1
             self.last_f1 = float(trainer.callback_metrics["val/f1"])
             self.f1_by_epoch.append(self.last_f1)
@@ -148,6 +148,7 @@ def run_worker(spec: dict) -> dict:
         "epochs_run": record.epochs_run,
         "steps": timer.steps,
         "train_size": record.train_size,
+        "inner_size": record.inner_size,  # held out of the training titles to choose the epoch on
         "val_size": record.val_size,
         "vocab_size": prepared.tokenizer.vocab_size,
         "max_len": int(lengths.max()),

@@ -1,6 +1,7 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
 
 import shutil
+import sys
 from pathlib import Path
 
 import hydra
@@ -8,11 +9,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from klue_tc import cli_errors
+from klue_tc import cli_errors, interrupts
 from klue_tc.config import register_schemas
-from klue_tc.errors import exit_with
+from klue_tc.distributed import is_other_rank, run_other_rank
+from klue_tc.errors import KlueTcError, exit_with
+from klue_tc.files import disk_full_error, is_disk_full
 
-register_schemas()
+try:
+    register_schemas()  # imports every variant: one that breaks the contract is one line here
+except KlueTcError as err:
+    exit_with(err)
 cli_errors.install()
 
 
@@ -21,7 +27,24 @@ def main(cfg: DictConfig) -> float:
     from klue_tc.run import run_job
 
     try:
-        return run_job(cfg)
+        with interrupts.stop_on_signal():
+            try:
+                return run_job(cfg)
+            except OSError as err:  # a full disk met by a writer that is not klue_tc's (a logger's file)
+                if is_disk_full(err):
+                    raise disk_full_error(err.filename) from None
+                raise
+    except interrupts.JobInterrupted as stop:
+        outcome = interrupts.settle(stop, cfg.slurm.max_requeues)
+        if isinstance(outcome, cli_errors.KlueTcError):  # out of requeues: this job failed, a sweep goes on
+            print(f"error: {outcome}", file=sys.stderr, flush=True)
+            raise outcome from None
+        print(outcome.line(), file=sys.stderr, flush=True)
+        outcome.announced = True
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not interrupts.in_submitit():
+            raise outcome from None  # to the parallel launcher, which reports the job as failed; else the end
+        # A single run, or a SLURM job: no result for submitit, whose command waits for the requeued job.
+        raise SystemExit(outcome.exit_code) from None
     except cli_errors.KlueTcError as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # a failed job (or Optuna trial), not the end of the whole sweep
@@ -53,4 +76,12 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
+        sys.exit(run_other_rank())
+    sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
+    try:
+        main()
+    except interrupts.JobInterrupted as stop:  # a sweep stopped: by its job in this process, or its launcher
+        if not stop.announced:
+            print(stop.line(), file=sys.stderr, flush=True)
+        raise SystemExit(stop.exit_code) from None

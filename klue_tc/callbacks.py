@@ -15,15 +15,30 @@ def _sync(trainer: L.Trainer) -> None:
         torch.cuda.synchronize()
 
 
+# The metric that chooses the epoch, the best checkpoint and when to stop: the inner split's.
+SELECTION_METRIC = "inner/f1"
+# A learning curve point's fields (records.EpochScores) and the logged metrics they come from.
+CURVE_METRICS = {
+    "inner_f1": "inner/f1",
+    "inner_accuracy": "inner/accuracy",
+    "inner_loss": "inner/loss",
+    "f1": "val/f1",
+    "accuracy": "val/accuracy",
+    "loss": "val/loss",
+}
+
+
 class FoldMonitor(L.Callback):
     """Times training steps only (forward, backward, optimiser; no data loading, no validation),
-    skipping the first `warmup_steps` steps (allocator, compile and cache warm-up)."""
+    skipping the first `warmup_steps` steps (allocator, compile and cache warm-up); keeps the
+    learning curve and the epoch the inner split chooses."""
 
     def __init__(self, job_start: float, warmup_steps: int = 1):
         self.job_start, self.warmup_steps = job_start, warmup_steps
         self.step_seconds, self.step_samples, self.steps_seen = 0.0, 0, 0
         self.time_to_first_step: float | None = None
-        self.best_f1, self.best_accuracy, self.best_epoch = float("-inf"), 0.0, -1
+        self.best_inner_f1, self.best_inner_accuracy, self.best_epoch = float("-inf"), 0.0, -1
+        self.curve: list[dict] = []
         self._t0 = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -38,23 +53,26 @@ class FoldMonitor(L.Callback):
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
             self.step_seconds += elapsed
-            self.step_samples += len(batch["input_ids"])
+            self.step_samples += len(batch["input_ids"]) * trainer.world_size  # every rank's part of the batch
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
-        f1 = float(trainer.callback_metrics["val/f1"])
-        if f1 > self.best_f1:
-            self.best_f1, self.best_epoch = f1, trainer.current_epoch
-            self.best_accuracy = float(trainer.callback_metrics["val/accuracy"])
+        scores = {field: float(trainer.callback_metrics[metric]) for field, metric in CURVE_METRICS.items()}
+        self.curve.append({"epoch": trainer.current_epoch + 1, **scores})
+        # Strictly better, as ModelCheckpoint and EarlyStopping judge it: the first of equal epochs.
+        if scores["inner_f1"] > self.best_inner_f1:
+            self.best_inner_f1, self.best_epoch = scores["inner_f1"], trainer.current_epoch
+            self.best_inner_accuracy = scores["inner_accuracy"]
 
     def state_dict(self) -> dict:
-        # Saved in the fold's resumable checkpoint: the best epoch so far and the timed steps. The
-        # warm-up skip and the time to first step belong to each process, so they start afresh.
+        # Saved in the fold's resumable checkpoint: the best epoch so far, the curve and the timed
+        # steps. The warm-up skip and the time to first step belong to each process: they start afresh.
         return {
-            "best_f1": self.best_f1,
-            "best_accuracy": self.best_accuracy,
+            "best_inner_f1": self.best_inner_f1,
+            "best_inner_accuracy": self.best_inner_accuracy,
             "best_epoch": self.best_epoch,
+            "curve": self.curve,
             "step_seconds": self.step_seconds,
             "step_samples": self.step_samples,
         }
@@ -71,15 +89,38 @@ class RandomState(L.Callback):
     """torch's random generators in the fold's resumable checkpoint, restored on resume, so that a
     resumed fold draws the masks and dropout an uninterrupted one would have drawn. (Training
     draws nothing from numpy's or Python's global generators: the sampler has its own, seeded by
-    epoch. Tensors only, so the checkpoint still loads with torch.load's weights_only.)"""
+    epoch. Tensors only, so the checkpoint still loads with torch.load's weights_only.) A state
+    saved part-way through an epoch is restored as its next batch starts: the uninterrupted fold
+    drew nothing in between, while the resumed one draws a DataLoader seed as it starts."""
+
+    def __init__(self):
+        self._in_epoch = False
+        self._pending: dict | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._in_epoch = True
+        if self._pending is not None:
+            self._restore(self._pending)
+            self._pending = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._in_epoch = False
 
     def state_dict(self) -> dict:
         return {
             "cpu": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "mid_epoch": torch.tensor(self._in_epoch),
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
+        if bool(state_dict.get("mid_epoch", False)):
+            self._pending = state_dict
+        else:
+            self._restore(state_dict)
+
+    @staticmethod
+    def _restore(state_dict: dict) -> None:
         torch.set_rng_state(state_dict["cpu"])
         if state_dict["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
@@ -109,3 +150,16 @@ class ExponentialMovingAverage(WeightAveraging):
 
     def __init__(self, decay: float):
         super().__init__(multi_avg_fn=ema_with_warmup(decay))
+
+
+class LogEveryEpoch(L.Callback):
+    """The logging interval capped at the epoch's steps, so that a run shorter than
+    `trainer.log_every_n_steps` still logs its step metrics (train/loss) once an epoch."""
+
+    def __init__(self, every_n_steps: int):
+        self.every_n_steps = every_n_steps
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        steps = trainer.num_training_batches
+        if self.every_n_steps > 0 and steps != float("inf"):
+            trainer.log_every_n_steps = max(1, min(self.every_n_steps, int(steps)))

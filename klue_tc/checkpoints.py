@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from klue_tc.files import atomic_write
+from klue_tc import interrupts
+from klue_tc.files import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +32,48 @@ def save_weights_only(source: Path, target: Path) -> None:
         for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version", "epoch", "global_step")
         if k in full
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, lambda tmp: torch.save(slim, tmp))
+    save_atomically(slim, target)
+
+
+def save_atomically(checkpoint: dict, path: Path) -> None:
+    """Serialised in memory first, so that its size is known and a full disk is an OSError (not
+    torch's RuntimeError), then written beside `path` and renamed over it: a later run never
+    reads a checkpoint cut short."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(Path(path), buffer.getbuffer().tobytes(), suffix=".ckpt.tmp")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writes (the resumable state, the best weights) made atomic: Lightning's
+    own truncates the file then writes it, so a full disk leaves half a checkpoint in its place."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"storage_options are not supported by {type(self).__name__}")
+        save_atomically(checkpoint, Path(path))
 
 
 def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
-    """The latest finished epoch's checkpoint of this fold's interrupted training, if it left a
-    readable one and resuming is on; otherwise the fold starts from a clean state folder."""
+    """The latest checkpoint of this fold's interrupted training (a finished epoch's, or the step's
+    where a signal stopped it), if it left a readable one and resuming is on; otherwise the fold
+    starts from a clean state folder."""
     last = state_dir / "last.ckpt"
     if resume and last.is_file():
         try:  # a file cut short by a kill lacks the zip directory at its end, so this load fails;
             # mmap maps the tensors rather than reading them (the file is 50 MB with the EMA)
-            epoch = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["epoch"]
-            log.info("fold %d: resuming after epoch %d, from %s", fold, epoch + 1, last)
+            saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+            position = saved.get("FoldDataModule", {})
+            if bool(saved.get("callbacks", {}).get("RandomState", {}).get("mid_epoch", False)):
+                log.info(
+                    "fold %d: resuming epoch %d after its step %d, from %s",
+                    fold,
+                    saved["epoch"] + 1,
+                    position.get("batches_done", 0),
+                    last,
+                )
+            else:
+                log.info("fold %d: resuming after epoch %d, from %s", fold, saved["epoch"] + 1, last)
             return last
         except Exception as err:  # killed while it was written
             log.warning(
@@ -53,19 +85,47 @@ def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
 
 class ResumeCheckpoint(ModelCheckpoint):
     """The fold's full training state (`last.ckpt`: weights, optimiser, schedule, EMA, early
-    stopping, the best so far), written when an epoch has ended, after its validation, so that a
-    resumed fold starts the next epoch. At most once per `min_interval_s`: the write takes about
-    0.2 s (50 MB with the EMA), nothing beside a CPU epoch of minutes but several per cent of a
-    GPU epoch of seconds; a kill then loses at most that long plus the epoch under way."""
+    stopping, the best so far, random generators, the batches done in the epoch under way),
+    written when an epoch has ended, after its validation, so that a resumed fold starts the next
+    epoch. At most once per `min_interval_s`: the write takes about 0.2 s (50 MB with the EMA),
+    nothing beside a CPU epoch of minutes but several per cent of a GPU epoch of seconds.
 
-    def __init__(self, dirpath: Path, min_interval_s: float):
+    A stop signal (klue_tc/interrupts.py) writes it at the next step boundary instead, and stops
+    the fold there with `JobInterrupted`; the resumed fold goes on from the next batch."""
+
+    def __init__(self, dirpath: Path, min_interval_s: float, fold: int = 0):
         super().__init__(
             dirpath=str(dirpath), filename="last", save_on_train_epoch_end=True, enable_version_counter=False
         )
-        self.min_interval_s = min_interval_s
+        self.min_interval_s, self.fold = min_interval_s, fold
         self._last_write = time.monotonic()
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        # Lightning's fit puts its own SIGTERM handler first, which ends the fit with exit status 0.
+        interrupts.install()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args, **kwargs) -> None:
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        # The epoch's last batch: its validation comes first, then the epoch-end write below.
+        if interrupts.requested() is not None and done < trainer.num_training_batches:
+            self._stop(trainer, f"step {done} of {trainer.num_training_batches}")
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if time.monotonic() - self._last_write >= self.min_interval_s:
+        # After the fit's last epoch (or early stopping's) the fold is done: it is recorded, then the job stops.
+        last_epoch = trainer.should_stop or trainer.current_epoch + 1 >= trainer.max_epochs
+        if interrupts.requested() is not None and not last_epoch:
+            self._stop(trainer, "its end")
+        # Rank 0's clock decides for every rank of a multi-device fit: a save waits for all of them.
+        if trainer.strategy.broadcast(time.monotonic() - self._last_write >= self.min_interval_s):
             super().on_train_epoch_end(trainer, pl_module)
             self._last_write = time.monotonic()
+
+    def _stop(self, trainer: L.Trainer, step: str) -> None:
+        path = Path(self.dirpath) / "last.ckpt"
+        atomic_write(path, lambda tmp: trainer.save_checkpoint(tmp))
+        raise interrupts.JobInterrupted(
+            interrupts.requested(),
+            f"in fold {self.fold}, epoch {trainer.current_epoch + 1}, at {step}: its training state is saved in {path}",
+        )

@@ -40,11 +40,52 @@ def one_line(err: BaseException) -> str | None:
         if override and missing_key:
             return unknown_key_line(override.group(1), missing_key.group(2))
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if "LexerNoViableAltException" in text or "mismatched input" in text:
+            return quoting_line(text)
         cause = err.__cause__
         if isinstance(cause, OmegaConfBaseException):
             lines = lines[:1] + [str(cause).splitlines()[0]]
         return " ".join(ln for ln in lines if not ln.startswith("To append"))
     return None
+
+
+def quoting_line(text: str) -> str:
+    """Hydra's grammar error names a position, not the fix: the override it could not read, and
+    the same override quoted as the grammar and the shell need it."""
+    override = next((a for a in sys.argv[1:] if "=" in a and a in text), None)
+    if override is None:
+        first = text.splitlines()[0].split(" See https://")[0]
+        return f"{first}: a value with symbols Hydra's override grammar reserves must be quoted: 'key=\"value\"'"
+    key, _, value = override.partition("=")
+    return (
+        f"{override}: Hydra's override grammar cannot read this value; quote it, the whole override in "
+        f"""single quotes for the shell: '{key}="{value}"'"""
+    )
+
+
+# A run of characters that holds a non-ASCII one and none that Hydra's grammar gives a meaning to.
+_NON_ASCII_WORD = re.compile(r"""[^,\[\]{}()'"=:$\\]*[^\x00-\x7f][^,\[\]{}()'"=:$\\]*""")
+
+
+def _quoted(word: str) -> str:
+    """The word in double quotes, spaces around it left outside (Hydra trims them there)."""
+    stripped = word.strip()
+    start = word.index(stripped)
+    return f'{word[:start]}"{stripped}"{word[start + len(stripped) :]}'
+
+
+def quote_non_ascii_values(args: list[str]) -> list[str]:
+    """`data.title_column=제목` as Hydra's grammar needs it, `data.title_column="제목"`: its unquoted
+    values may hold ASCII letters and digits only, so Korean column names, labels and paths work as
+    written. Values with quotes of their own are left as the user wrote them."""
+    quoted = []
+    for arg in args:
+        key, equals, value = arg.partition("=")
+        if arg.startswith("-") or not equals or "'" in value or '"' in value:
+            quoted.append(arg)
+            continue
+        quoted.append(key + equals + _NON_ASCII_WORD.sub(lambda m: _quoted(m.group(0)), value))
+    return quoted
 
 
 def did_you_mean(word: str, choices, prefix: str = "") -> str:

@@ -92,6 +92,9 @@ class DataConfig:
     # Column names in a local file (null: the first of title/text, and of label/topic_idx).
     title_column: Optional[str] = outside_results_key(None)
     label_column: Optional[str] = outside_results_key(None)
+    # The label set, in id order (ids in a file index it); null: read from the training file, YNAT's
+    # seven for KLUE YNAT data. Outside the key because the titles' fingerprint holds the label set.
+    labels: Optional[list[str]] = outside_results_key(None)
     hub_repo: str = outside_results_key("klue/klue")
     hub_config: str = outside_results_key("ynat")
     batch_size: int = 256
@@ -112,6 +115,10 @@ class DataConfig:
             at_least("data.batch_size", self.batch_size, 1),
             at_least("data.eval_batch_size", self.eval_batch_size, 1),
             at_least("data.pad_multiple", self.pad_multiple, 1),
+            (
+                self.labels is None or (len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels)),
+                f"data.labels must name two or more distinct labels, got {self.labels}",
+            ),
         ]
 
 
@@ -222,10 +229,14 @@ class OptimConfig:
     # Late regularization (after Liu et al. 2023): token masking, its masked-LM loss and R-Drop
     # begin at this epoch, so the first epochs fit at full speed.
     regularize_from_epoch: int = 0
+    # Steps whose loss is NaN or infinite that are skipped (no update) before the fold is stopped
+    # and recorded as diverged; 0: it stops at the first one.
+    skip_nonfinite_steps: int = 0
 
     def checks(self) -> list[Check]:
         return [
             (self.lr > 0, f"optim.lr must be > 0, got {self.lr}"),
+            at_least("optim.skip_nonfinite_steps", self.skip_nonfinite_steps, 0),
             at_least("optim.weight_decay", self.weight_decay, 0.0),
             share("optim.warmup_ratio", self.warmup_ratio),
             one_of("optim.schedule", self.schedule, ("cosine", "linear", "constant")),
@@ -241,11 +252,19 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 ACCELERATORS = ("auto", "cpu", *GPU_ACCELERATORS)
 
 
+# Lightning's precision settings (its short forms 16, 32, 64 and bf16 included), checked here so
+# that a typo is one line at start-up, not Lightning's traceback once the data are ready.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+
+
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
     accelerator: str = outside_results_key("auto")  # auto | cpu | gpu (or cuda); the precision is keyed
-    devices: Any = outside_results_key(1)  # one device per job: sweeps spread jobs over GPUs instead
+    # One device per job by default (sweeps spread jobs over GPUs). N > 1 trains each fold on N
+    # devices with the same global batch and steps, each rank taking its part of every batch.
+    devices: Any = outside_results_key(1)
+    strategy: str = outside_results_key("auto")  # auto | ddp: Lightning's; auto is ddp on several devices
     # null: bf16-mixed on a GPU and on CPUs with native bf16 (AMX or AVX-512 BF16), else 32-true.
     # The results key holds the precision a job resolves to, not this setting.
     precision: Any = outside_results_key(None)
@@ -264,6 +283,12 @@ class TrainerConfig:
             at_least("trainer.early_stopping_patience", self.early_stopping_patience, 1),
             one_of("trainer.accelerator", self.accelerator, ACCELERATORS),
             one_of("trainer.progress_bar", self.progress_bar, ("auto", "rich", "none")),
+            (
+                self.precision is None or str(self.precision) in PRECISIONS,
+                f"trainer.precision must be one of {', '.join(PRECISIONS)}, or null for the device's default;"
+                f" got {self.precision}",
+            ),
+            one_of("trainer.strategy", self.strategy, ("auto", "ddp", "ddp_find_unused_parameters_true")),
         ]
 
 
@@ -272,7 +297,7 @@ class WandbConfig:
     project: str = "klue_tc"
     entity: Optional[str] = None
     mode: str = "offline"  # offline needs no account; online when asked and possible
-    group: Optional[str] = None  # null: the sweep's name, else the experiment and its config hash
+    group: Optional[str] = None  # null: one group per configuration (sweep name, experiment, config hash)
 
 
 @dataclass
@@ -286,10 +311,17 @@ class CVConfig:
     folds: int = 5
     fold: Optional[int] = outside_results_key(None)  # run only this fold (each fold has its own record)
     seed: int = 42  # fixed: the same fold assignment on every run and machine
+    # The share of each training fold held out (stratified, seeded by cv.seed) to choose the epoch
+    # and checkpoint on, so that the held-out fold's score is never the one that chose it.
+    inner_fraction: float = 0.1
 
     def checks(self) -> list[Check]:
         return [
             at_least("cv.folds", self.folds, 2),
+            (
+                0.0 < self.inner_fraction <= 0.5,
+                f"cv.inner_fraction must be in (0, 0.5], got {self.inner_fraction}",
+            ),
             (
                 self.fold is None or 0 <= self.fold < self.folds,
                 f"cv.fold must be in 0..{self.folds - 1}, got {self.fold}",
@@ -299,7 +331,8 @@ class CVConfig:
 
 @dataclass
 class ResultsConfig:
-    dir: Optional[str] = None  # null: <sweep dir>/results in a multirun, outputs/results beside a single run
+    # null: <sweep dir>/results in a named sweep (a sweep file), else outputs/results (single runs, ad hoc -m)
+    dir: Optional[str] = None
     resume: bool = True  # false: retrain even when a finished record exists
     # Records made by other code (another klue_tc source or library versions) are trained again;
     # `any` reuses them (a long sweep going on across a fix that does not change the numbers).
@@ -366,9 +399,19 @@ class PretrainConfig:
 
 
 @dataclass
+class SlurmConfig:
+    # How often a job stopped by its time limit's signal puts itself back in the queue, counting
+    # SLURM's own requeues (preemption, `scontrol requeue`); after that it fails with one line.
+    max_requeues: int = 3
+
+    def checks(self) -> list[Check]:
+        return [at_least("slurm.max_requeues", self.max_requeues, 0)]
+
+
+@dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
-    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; names the W&B group
+    sweep: Optional[str] = outside_results_key(None)  # set by sweeps/*.yaml; prefixes its W&B groups
     seed: int = 42
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = MISSING
@@ -381,6 +424,7 @@ class RunConfig:
     cv: CVConfig = field(default_factory=CVConfig)
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -422,6 +466,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.cv,
         run.results,
         run.pretrain,
+        run.slurm,
     ):
         for ok, message in section.checks():
             if not ok:

@@ -1,11 +1,14 @@
 """Read and validate labelled KLUE YNAT titles (local files or the Hugging Face hub); folds.
 
 Every problem with an input file is reported as one `DataError` line naming the file and the
-line (record, for a JSON list) or column; nothing is silently dropped or altered.
+line (record, for a JSON list) or column. Titles are brought to one Unicode form (NFC) so that a
+headline typed on any system gets the same tokens; rows with an empty title are dropped with one
+line counting them, nothing else is dropped.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import importlib
@@ -13,8 +16,10 @@ import io
 import json
 import logging
 import lzma
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,24 +29,84 @@ from klue_tc.errors import DataError, ResourceError
 
 log = logging.getLogger(__name__)
 
-# Hugging Face `klue/klue` `ynat` label order.
+# Hugging Face `klue/klue` `ynat` label order: the label set of KLUE YNAT data and of runs that name none.
 LABEL_NAMES: tuple[str, ...] = ("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치")
 NUM_CLASSES = len(LABEL_NAMES)
 TEXT_COLUMNS = ("title", "text")
 LABEL_COLUMNS = ("label", "topic_idx")
+# The one Unicode form every title is read in: precomposed Hangul syllables, as Windows and Linux
+# type them (macOS file names and some of its exports give the same syllables as decomposed jamo).
+TEXT_NORMALISATION = "NFC"
+# Invisible characters that editors and web copies leave at a title's ends; str.strip keeps them.
+_INVISIBLE_ENDS = "\u200b\u200c\u200d\u2060\ufeff"
+
+
+def normalise_title(text: str) -> str:
+    """The title in TEXT_NORMALISATION form, without surrounding spaces or invisible characters."""
+    return unicodedata.normalize(TEXT_NORMALISATION, text).strip().strip(_INVISIBLE_ENDS).strip()
+
+
+def has_letter_or_digit(text: str) -> bool:
+    """False for a title of emoji, punctuation or symbols only: kept, but nothing in it names a topic."""
+    return any(ch.isalnum() for ch in text)
+
+
+_BOMS = (  # longest first: a UTF-32 LE mark begins with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_text(raw: bytes, name: str) -> str:
+    """A text file's bytes as text: UTF-8 (with or without a BOM), UTF-16/32 with a BOM, or the
+    Korean Windows encoding (cp949, a superset of EUC-KR) when the bytes are clearly Korean in it,
+    with one line saying so. Anything else is one `DataError` naming what was found and how to convert."""
+    for bom, codec in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw.decode(codec)
+            except UnicodeDecodeError as err:
+                raise DataError(f"{name}: damaged {codec.upper()} text at byte {err.start}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        utf8_error = f"{name}: line {line}: undecodable bytes (the file must be UTF-8)"
+    convert = f"convert it with: iconv -f {{}} -t utf-8 {name} > {Path(name).stem}.utf8{Path(name).suffix}"
+    if b"\x00" in raw:  # text in UTF-8 or cp949 has no NUL; UTF-16's tabs and line ends do
+        endian = "le" if raw[1::2].count(b"\x00") > raw[0::2].count(b"\x00") else "be"
+        raise DataError(f"{name}: UTF-16{endian.upper()} without a BOM, not UTF-8; {convert.format(f'utf-16{endian}')}")
+    try:
+        text = raw.decode("cp949")
+    except UnicodeDecodeError:
+        raise DataError(f"{utf8_error}; if it is in a legacy encoding, {convert.format('ENCODING')}") from None
+    non_ascii = [ch for ch in text if ord(ch) > 127]
+    hangul = sum("\uac00" <= ch <= "\ud7a3" for ch in non_ascii)
+    if hangul < 0.9 * len(non_ascii):  # decodable by chance (Latin-1, Shift-JIS): not Korean text
+        raise DataError(f"{utf8_error}; if it is in a legacy encoding, {convert.format('ENCODING')}")
+    log.warning("%s: not UTF-8; read as cp949 (EUC-KR, Korean Windows), whose Hangul it holds", name)
+    return text
 
 
 @dataclass(frozen=True)
 class LabelledTitles:
     texts: list[str]
-    labels: np.ndarray  # int64 class ids, LABEL_NAMES order
+    labels: np.ndarray  # int64 class ids, in label_names order
     source: str
+    label_names: tuple[str, ...] = LABEL_NAMES
 
     def __len__(self) -> int:
         return len(self.texts)
 
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
     def subset(self, indices: np.ndarray) -> LabelledTitles:
-        return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source)
+        return LabelledTitles([self.texts[i] for i in indices], self.labels[indices], self.source, self.label_names)
 
     def fingerprint(self) -> str:
         """Content hash: caches are keyed on what the titles are, not where they came from."""
@@ -50,22 +115,35 @@ class LabelledTitles:
             digest.update(text.encode("utf-8"))
             digest.update(b"\n")
         digest.update(self.labels.astype(np.int64).tobytes())
+        if (
+            self.label_names != LABEL_NAMES
+        ):  # YNAT's fingerprints (and the results keys built on them) stay as they were
+            digest.update(json.dumps(self.label_names, ensure_ascii=False).encode("utf-8"))
         return digest.hexdigest()[:16]
 
     def class_counts(self) -> dict[str, int]:
-        counts = np.bincount(self.labels, minlength=NUM_CLASSES)
-        return {name: int(count) for name, count in zip(LABEL_NAMES, counts)}
+        counts = np.bincount(self.labels, minlength=self.num_classes)
+        return {name: int(count) for name, count in zip(self.label_names, counts)}
 
 
 def read_labelled_file(
-    path: str | Path, title_column: str | None = None, label_column: str | None = None
+    path: str | Path,
+    title_column: str | None = None,
+    label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
 ) -> LabelledTitles:
     """KLUE json, jsonl, csv or tsv (or any of them xz-compressed) with a title and a label column
-    (id 0-6 or Korean name); a UTF-8 BOM and Windows line ends are fine."""
+    (ids or names); a UTF-8 BOM and Windows line ends are fine. The label set is `label_names`
+    when given, else read from the file (`infer_label_names`)."""
     path, text, path_for_type = _decoded_file(path)
     frame, locations = _parse(path_for_type, text, str(path))
     return from_frame(
-        frame, source=str(path), locations=locations, title_column=title_column, label_column=label_column
+        frame,
+        source=str(path),
+        locations=locations,
+        title_column=title_column,
+        label_column=label_column,
+        label_names=label_names,
     )
 
 
@@ -73,7 +151,7 @@ def read_unlabelled_file(path: str | Path) -> list[str]:
     """Unlabelled titles, one a line (plain text, or xz-compressed), with the labelled files'
     checks; blank lines are skipped."""
     _, text, _ = _decoded_file(path)  # a file of blank lines only is reported as empty there
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    return [title for title in map(normalise_title, text.splitlines()) if title]
 
 
 def _decoded_file(path: str | Path) -> tuple[Path, str, Path]:
@@ -94,11 +172,7 @@ def _decoded_file(path: str | Path) -> tuple[Path, str, Path]:
         path_for_type = path
     if not raw.strip():
         raise DataError(f"{path}: file is empty")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: undecodable bytes (the file must be UTF-8)") from None
+    text = decode_text(raw, str(path))
     return path, text, path_for_type
 
 
@@ -191,9 +265,11 @@ def from_frame(
     locations: list[str] | None = None,
     title_column: str | None = None,
     label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
 ) -> LabelledTitles:
     """Titles and label ids from a frame; `locations` names each row in error messages (default
-    "row N"); the columns are the given ones, else the first of TEXT_COLUMNS and LABEL_COLUMNS."""
+    "row N"); the columns are the given ones, else the first of TEXT_COLUMNS and LABEL_COLUMNS;
+    the label set is `label_names`, else the one the column holds (`infer_label_names`)."""
     if frame.empty:
         raise DataError(f"{source}: no data rows")
     frame = frame.rename(columns=lambda c: str(c).strip())  # "label " in a hand-made header
@@ -204,21 +280,44 @@ def from_frame(
     label_col = _pick_column(
         frame, (label_column,) if label_column else LABEL_COLUMNS, source, "label", "data.label_column"
     )
-    texts = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
-    empty = np.flatnonzero(texts.str.strip().eq("").to_numpy())
-    if len(empty):
-        raise DataError(f"{source}: {where(empty[0])}: empty title (column {text_col!r})")
-    labels = frame[label_col].map(_label_id)
+    texts = frame[text_col].map(
+        lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else normalise_title(str(v))
+    )
+    empty = np.flatnonzero(texts.eq("").to_numpy())
+    kept = np.flatnonzero(texts.ne("").to_numpy())  # row positions in the file of the rows kept
+    if not len(kept):
+        raise DataError(f"{source}: every title is empty (column {text_col!r})")
+    if len(empty):  # nothing to classify or to learn from: the row goes, and the user hears how many
+        log.warning(
+            "%s: %d row(s) with an empty title (column %r) dropped, first at %s",
+            source,
+            len(empty),
+            text_col,
+            where(empty[0]),
+        )
+        frame, texts = frame.iloc[kept], texts.iloc[kept]
+    symbols_only = [i for i, t in enumerate(texts) if not has_letter_or_digit(t)]
+    if symbols_only:
+        log.warning(
+            "%s: %d title(s) hold no letter or digit (only emoji, punctuation or symbols), kept; first at %s",
+            source,
+            len(symbols_only),
+            where(kept[symbols_only[0]]),
+        )
+    names = tuple(label_names) if label_names else infer_label_names(frame[label_col])
+    name_to_id = {name: i for i, name in enumerate(names)}
+    labels = frame[label_col].map(lambda value: _label_id(value, name_to_id))
     unknown = np.flatnonzero(labels.isna().to_numpy())
     if len(unknown):
         row = unknown[0]
         value = frame[label_col].iloc[row]
         value = value.item() if isinstance(value, np.generic) else value  # 9, not np.int64(9)
         raise DataError(
-            f"{source}: {where(row)}: unknown label {value!r} in column {label_col!r};"
-            f" expected an id 0-{NUM_CLASSES - 1} or one of {', '.join(LABEL_NAMES)}"
+            f"{source}: {where(kept[row])}: unknown label {value!r} in column {label_col!r};"
+            f" expected an id 0-{len(names) - 1} or one of {', '.join(names)}"
+            + ("" if label_names else " (data.labels=[...] names a label set of your own)")
         )
-    return LabelledTitles(texts.str.strip().tolist(), labels.to_numpy(dtype=np.int64), source)
+    return LabelledTitles(texts.tolist(), labels.to_numpy(dtype=np.int64), source, names)
 
 
 def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str, override: str) -> str:
@@ -231,23 +330,43 @@ def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, 
     )
 
 
-_NAME_TO_ID = {name: i for i, name in enumerate(LABEL_NAMES)}
-
-
-def _label_id(value) -> float:
-    """Class id for an id (int or digit string) or a Korean label name; NaN when unknown."""
+def _as_id(value) -> int | None:
+    """An int id (an int, or a string of digits), else None."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return float(value) if 0 <= value < NUM_CLASSES else np.nan
+        return int(value)
     text = str(value).strip()
-    if text in _NAME_TO_ID:
-        return float(_NAME_TO_ID[text])
-    if text.isdigit() and int(text) < NUM_CLASSES:
-        return float(text)
+    return int(text) if text.isdigit() else None
+
+
+def infer_label_names(column: pd.Series) -> tuple[str, ...]:
+    """The label set a column holds: names alone, none of them YNAT's, sorted; ids alone that are
+    every id 0..N-1 (and not YNAT's 0-6), named by their digits; anything else YNAT's seven, which
+    then names the labels outside it (a typo in a YNAT file is an error, not a new class)."""
+    # Missing and empty labels are left to the per-row check, which names their line.
+    values = [v for v in column.unique() if v is not None and not (isinstance(v, float) and np.isnan(v))]
+    values = [v for v in values if str(v).strip()]
+    ids = {_as_id(v) for v in values}
+    names = {str(v).strip() for v in values if _as_id(v) is None}
+    if names and ids == {None} and not names & set(LABEL_NAMES):
+        return tuple(sorted(names))
+    if not names and ids and ids == set(range(max(ids) + 1)) and len(ids) != NUM_CLASSES:
+        return tuple(str(i) for i in range(max(ids) + 1))
+    return LABEL_NAMES
+
+
+def _label_id(value, name_to_id: dict[str, int]) -> float:
+    """Class id for a label name, or for an id in range; NaN when unknown."""
+    text = str(value).strip()
+    if text in name_to_id:
+        return float(name_to_id[text])
+    number = _as_id(value)
+    if number is not None and 0 <= number < len(name_to_id):
+        return float(number)
     return np.nan
 
 
-def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
-    """KLUE YNAT from the hub's parquet files, cached by huggingface_hub."""
+def load_hub_split(repo: str, config: str, split: str, label_names: Sequence[str] = LABEL_NAMES) -> LabelledTitles:
+    """KLUE YNAT from the hub's parquet files, cached by huggingface_hub (ids in YNAT's order)."""
     try:
         from huggingface_hub import snapshot_download
 
@@ -262,39 +381,51 @@ def load_hub_split(repo: str, config: str, split: str) -> LabelledTitles:
     if not files:
         raise ResourceError(f"{repo}: no {config}/{split} parquet files on the hub; pass data.path= instead")
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}")
+    return from_frame(frame, source=f"hf://datasets/{repo}/{config}/{split}", label_names=label_names)
 
 
 BUNDLED_TRAIN = Path(__file__).parent / "resources" / "ynat-v1.1-train.tsv.xz"
 BUNDLED_TRAIN_SHA256 = "6230d4cfaf127306b21be363e4220c930f4e0a1bc657ae14361bdd596226873d"  # of the .tsv inside
 
 
-def training_titles(cfg: DataConfig) -> LabelledTitles:
+_said_once: set[str] = set()
+
+
+def _warn_once(message: str, *args) -> None:
+    """A warning a process gives once: a sweep's jobs in one process meet the same offline hub."""
+    text = message % args
+    if text not in _said_once:
+        _said_once.add(text)
+        log.warning(text)
+
+
+def training_titles(cfg: DataConfig, announce_fallback: bool = True) -> LabelledTitles:
     """`data.path`, else KLUE YNAT train from the hub, else (offline, nothing cached) the copy
-    bundled with klue_tc, with one line saying so."""
+    bundled with klue_tc, with one line saying so (unless `announce_fallback` is false)."""
     if cfg.path:
-        return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column)
+        return read_labelled_file(cfg.path, cfg.title_column, cfg.label_column, cfg.labels)
     try:
-        return load_hub_split(cfg.hub_repo, cfg.hub_config, "train")
+        return load_hub_split(cfg.hub_repo, cfg.hub_config, "train", cfg.labels or LABEL_NAMES)
     except ResourceError as err:
-        log.warning(
+        (_warn_once if announce_fallback else log.debug)(
             "%s; using the KLUE YNAT v1.1 train split bundled with klue_tc (%s, CC BY-SA 4.0)",
             str(err).split(";")[0],
             BUNDLED_TRAIN.name,
         )
-        return read_labelled_file(BUNDLED_TRAIN)
+        return read_labelled_file(BUNDLED_TRAIN, label_names=cfg.labels or LABEL_NAMES)
 
 
-def validation_titles(cfg: DataConfig) -> LabelledTitles | None:
-    """`data.validation_path`; with neither it nor `data.path` set, the hub's validation split
-    (which has no bundled copy: offline, pass data.validation_path= to score one)."""
+def validation_titles(cfg: DataConfig, label_names: Sequence[str] = LABEL_NAMES) -> LabelledTitles | None:
+    """`data.validation_path`, its labels read as the training titles' `label_names`; with neither
+    it nor `data.path` set, the hub's validation split (which has no bundled copy: offline, pass
+    data.validation_path= to score one)."""
     if cfg.validation_path:
-        return read_labelled_file(cfg.validation_path, cfg.title_column, cfg.label_column)
+        return read_labelled_file(cfg.validation_path, cfg.title_column, cfg.label_column, label_names)
     if cfg.path is None:
         try:
-            return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation")
+            return load_hub_split(cfg.hub_repo, cfg.hub_config, "validation", label_names)
         except ResourceError as err:
-            log.warning(
+            _warn_once(
                 "%s; no validation set is scored (pass data.validation_path= to score one)", str(err).split(";")[0]
             )
     return None
@@ -317,6 +448,25 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[
     from sklearn.model_selection import train_test_split  # here: a bad override fails before this import
 
     return train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
+
+
+def inner_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fit positions, inner positions) into a training fold's `labels`: of every class `fraction` of
+    its titles (rounded, at least one, never all) held out so that the epoch is chosen on titles no
+    score is reported on. scikit-learn's stratified split may leave a small class out of it."""
+    rng = np.random.default_rng(seed)
+    inner = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        if len(members) < 2:
+            raise DataError(
+                f"cv.inner_fraction={fraction}: class {LABEL_NAMES[label] if label < len(LABEL_NAMES) else label} "
+                f"has {len(members)} title in a training fold, and the inner split needs one besides it"
+            )
+        take = min(max(1, round(fraction * len(members))), len(members) - 1)
+        inner.append(rng.choice(members, take, replace=False))
+    held = np.sort(np.concatenate(inner))
+    return np.setdiff1d(np.arange(len(labels)), held), held
 
 
 def load_splitters() -> None:

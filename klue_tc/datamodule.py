@@ -65,13 +65,24 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         bucketing: bool = True,
         multiplier: int = 50,
+        shard: tuple[int, int] = (0, 1),
     ):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.bucketing, self.pool = bucketing, batch_size * multiplier
         self.seed, self.epoch = seed, 0
+        self.resume_epoch, self.resume_after = -1, 0  # an interrupted epoch goes on after this many batches
+        self.rank, self.world = shard
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
+
+    def _share(self, batch: list[int]) -> list[int]:
+        """This rank's part of a batch when a fit runs on several devices: every rank draws the
+        same batches and takes every world-th title, so the global batch, the steps per epoch and
+        the schedule stay those of one device. A part left empty (a last batch smaller than the
+        world) repeats the batch's last title in training, where every rank must take each step."""
+        part = batch[self.rank :: self.world]
+        return part or ([batch[-1]] if self.shuffle else [])
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before every epoch, so a resumed fold shuffles its next epoch as an
@@ -93,6 +104,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
         if self.shuffle and self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.epoch - 1 == self.resume_epoch:  # the same order, less the batches trained before the stop
+            batches, self.resume_epoch = batches[self.resume_after :], -1
+        if self.world > 1:
+            # Validation's ranks may score different counts of batches: only training steps together.
+            batches = [part for part in map(self._share, batches) if part]
         yield from batches
 
 
@@ -105,7 +121,14 @@ class EncodedSplit:
 
 
 def make_loader(
-    split: EncodedSplit, cfg: DataConfig, pad_id: int, train: bool, seed: int = 0, pad_to: Optional[int] = None
+    split: EncodedSplit,
+    cfg: DataConfig,
+    pad_id: int,
+    train: bool,
+    seed: int = 0,
+    pad_to: Optional[int] = None,
+    resume_at: tuple[int, int] = (-1, 0),
+    shard: tuple[int, int] = (0, 1),
 ) -> DataLoader:
     sampler = BucketBatchSampler(
         split.encoded.lengths,
@@ -114,7 +137,9 @@ def make_loader(
         seed=seed,
         bucketing=cfg.bucketing,
         multiplier=cfg.bucket_size_multiplier,
+        shard=shard,
     )
+    sampler.resume_epoch, sampler.resume_after = resume_at
     dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
     return DataLoader(
         dataset,
@@ -127,24 +152,65 @@ def make_loader(
 
 
 class FoldDataModule(L.LightningDataModule):
-    """One fold's train and validation titles, already encoded by that fold's tokenizer."""
+    """One fold's titles, already encoded by that fold's tokenizer: those it trains on, the inner
+    split that chooses its epoch, and the held-out fold it is scored on."""
 
-    def __init__(self, train: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int):
+    def __init__(
+        self, train: EncodedSplit, inner: EncodedSplit, val: EncodedSplit, cfg: DataConfig, pad_id: int, seed: int
+    ):
         super().__init__()
-        self.train, self.val, self.cfg, self.pad_id, self.seed = train, val, cfg, pad_id, seed
+        self.train, self.inner, self.val, self.cfg, self.pad_id, self.seed = train, inner, val, cfg, pad_id, seed
         # The notebook's path pads everything to the longest training title.
         self.pad_to = int(train.encoded.lengths.max())
+        self.resume_at = (-1, 0)  # (epoch, batches done) of an epoch stopped part-way
+
+    def state_dict(self) -> dict:
+        """Saved in the fold's resumable checkpoint: how far the epoch under way has come."""
+        if self.trainer is None:
+            return {}
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": self.trainer.current_epoch, "batches_done": done}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict:
+            self.resume_at = (state_dict["epoch"], state_dict["batches_done"])
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(this rank, ranks): each rank of a multi-device fit loads its own part of every batch."""
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
         if self.train.resample is None:
-            return make_loader(self.train, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=self.pad_to)
+            return make_loader(
+                self.train,
+                self.cfg,
+                self.pad_id,
+                train=True,
+                seed=self.seed,
+                pad_to=self.pad_to,
+                resume_at=self.resume_at,
+                shard=self.shard,
+            )
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         split = EncodedSplit(self.train.resample(epoch), self.train.labels)
         return make_loader(
-            split, self.cfg, self.pad_id, train=True, seed=self.seed, pad_to=int(split.encoded.lengths.max())
+            split,
+            self.cfg,
+            self.pad_id,
+            train=True,
+            seed=self.seed,
+            pad_to=int(split.encoded.lengths.max()),
+            resume_at=self.resume_at,
+            shard=self.shard,
         )
 
-    def val_dataloader(self) -> DataLoader:
-        return make_loader(self.val, self.cfg, self.pad_id, train=False, pad_to=self.pad_to)
+    def val_dataloader(self) -> list[DataLoader]:
+        # In this order: TopicClassifierModule.validation_step names loader 0 inner/, loader 1 val/.
+        splits = (self.inner, self.val)
+        return [
+            make_loader(split, self.cfg, self.pad_id, train=False, pad_to=self.pad_to, shard=self.shard)
+            for split in splits
+        ]

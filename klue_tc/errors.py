@@ -24,6 +24,10 @@ class ResourceError(KlueTcError):
     """A model or dataset is neither available locally nor downloadable."""
 
 
+class DiskFullError(ResourceError):
+    """A write found no space (or no quota) left; the file it wrote is as it was before."""
+
+
 def exit_with(err: KlueTcError) -> NoReturn:
     """End the process on a user error: its one line on stderr, exit status USER_ERROR_EXIT."""
     print(f"error: {err}", file=sys.stderr, flush=True)

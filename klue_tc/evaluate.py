@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
-from klue_tc.data import LABEL_NAMES, NUM_CLASSES, LabelledTitles
-from klue_tc.inference import ensemble_probs, fold_probs
+from klue_tc.data import LABEL_NAMES, LabelledTitles
+from klue_tc.inference import ensemble_probs
 from klue_tc.records import FoldResult, ValidationScore
 
 
-def score_predictions(truth: np.ndarray, predicted: np.ndarray, source: str) -> ValidationScore:
-    per_class = f1_score(truth, predicted, average=None, labels=range(NUM_CLASSES), zero_division=0)
+def score_predictions(
+    truth: np.ndarray, predicted: np.ndarray, source: str, label_names: Sequence[str] = LABEL_NAMES
+) -> ValidationScore:
+    classes = range(len(label_names))
+    per_class = f1_score(truth, predicted, average=None, labels=classes, zero_division=0)
     return ValidationScore(
         f1=float(f1_score(truth, predicted, average="macro")),
         accuracy=float(accuracy_score(truth, predicted)),
         size=len(truth),
         source=source,
-        per_class_f1={name: float(v) for name, v in zip(LABEL_NAMES, per_class)},
-        confusion_matrix=confusion_matrix(truth, predicted, labels=range(NUM_CLASSES)).tolist(),
+        per_class_f1={name: float(v) for name, v in zip(label_names, per_class)},
+        confusion_matrix=confusion_matrix(truth, predicted, labels=classes).tolist(),
     )
-
-
-def score_fold(record: FoldResult, validation: LabelledTitles, batch_size: int = 512) -> ValidationScore:
-    """One fold's best model alone on the validation titles (a sweep job's validation score)."""
-    probs = fold_probs([record], validation.texts, batch_size)[0]
-    return score_predictions(validation.labels, probs.argmax(1), validation.source)
 
 
 def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:
@@ -35,7 +34,7 @@ def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size:
         score = scored  # a one-fold ensemble is that fold's model, scored on these titles as it finished
     else:
         predicted = ensemble_probs(records, validation.texts, batch_size).argmax(1)
-        score = score_predictions(validation.labels, predicted, validation.source)
+        score = score_predictions(validation.labels, predicted, validation.source, validation.label_names)
     return {
         "validation_f1": score.f1,
         "validation_accuracy": score.accuracy,

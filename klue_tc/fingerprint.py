@@ -1,7 +1,8 @@
 """The code that makes a result's numbers, as a fingerprint for the results key.
 
 It covers the code of the training module and of every klue_tc module it imports, found by reading
-their import statements (a package imported is covered whole: its registry imports all of it), plus
+their import statements (a package imported is covered whole: its registry imports all of it), every
+module outside the package that registered a variant (klue_tc.registry's entry points), plus
 the versions of the libraries the numbers depend on. The report, W&B, prediction and the command line are not in
 it, so work on them keeps a long sweep's records; a change to a model, the data path or the
 training loop trains again.
@@ -39,7 +40,8 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            # `from klue_tc import x` names module x, not the whole package
+            names |= ({node.module} - {"klue_tc"}) | {f"{node.module}.{alias.name}" for alias in node.names}
     return {name for name in names if name.split(".")[0] == "klue_tc"}
 
 
@@ -77,7 +79,8 @@ def code_of(path: Path) -> str:
 def source_fingerprint(files: list[Path], root: Path = PACKAGE_ROOT) -> str:
     digest = hashlib.sha1()
     for path in files:
-        digest.update(str(path.relative_to(root)).encode())
+        # A module outside the package is named by its file name: the same code anywhere is the same.
+        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path.name).encode())
         digest.update(b"\0")
         digest.update(code_of(path).encode())
     return digest.hexdigest()[:12]
@@ -93,6 +96,13 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def fingerprinted_sources(root: Path = PACKAGE_ROOT) -> list[Path]:
+    """The training code plus the modules outside `root` that registered a variant."""
+    from klue_tc.registry import external_sources
+
+    return training_sources(root=root) + external_sources(root)
+
+
 @functools.cache  # the source does not change under a running process
 def code_version() -> CodeVersion:
-    return CodeVersion(source_fingerprint(training_sources()), library_versions())
+    return CodeVersion(source_fingerprint(fingerprinted_sources()), library_versions())

@@ -19,7 +19,6 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@torch.inference_mode()
 def predict_probs(
     module: TopicClassifierModule,
     tokenizer: Tokenizer,
@@ -28,17 +27,27 @@ def predict_probs(
     device: torch.device | None = None,
 ) -> np.ndarray:
     """(n, classes) probabilities in the order of `texts` (batches are length-sorted inside)."""
+    encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
+    return encoded_probs(module, encoded, tokenizer.specials.pad, batch_size, device)
+
+
+@torch.inference_mode()
+def encoded_probs(
+    module: TopicClassifierModule,
+    encoded: EncodedTitles,
+    pad_id: int,
+    batch_size: int = 512,
+    device: torch.device | None = None,
+) -> np.ndarray:
+    """(n, classes) probabilities of titles already encoded by the model's tokenizer, in their order."""
     device = device or default_device()
     module.eval().to(device)
-    encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
-    loader = make_loader(
-        EncodedSplit(encoded, None), DataConfig(eval_batch_size=batch_size), tokenizer.specials.pad, train=False
-    )
+    loader = make_loader(EncodedSplit(encoded, None), DataConfig(eval_batch_size=batch_size), pad_id, train=False)
     chunks = []
     for batch in loader:
         logits = module(batch["input_ids"].to(device))
         chunks.append((batch["index"].numpy(), torch.softmax(logits.float(), -1).cpu().numpy()))
-    probs = np.zeros((len(texts), chunks[0][1].shape[1]), dtype=np.float32)
+    probs = np.zeros((len(encoded), chunks[0][1].shape[1]), dtype=np.float32)
     for index, p in chunks:
         probs[index] = p
     return probs

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, astuple, fields
 from functools import reduce
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import lightning as L
 import torch
@@ -16,7 +17,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
-from klue_tc.data import NUM_CLASSES
+from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import ConfigError
 from klue_tc.models import build_classifier
 from klue_tc.models.masked_lm import MaskedLMHead
@@ -25,12 +26,18 @@ from klue_tc.tokenizers import SpecialIds
 
 MLM_ROW_BUCKET = 256
 
+log = logging.getLogger(__name__)
 
-def _metrics(prefix: str) -> MetricCollection:
+
+class TrainingDiverged(Exception):
+    """The loss stopped being finite (more often than optim.skip_nonfinite_steps allows)."""
+
+
+def _metrics(prefix: str, num_classes: int) -> MetricCollection:
     return MetricCollection(
         {
-            "f1": MulticlassF1Score(NUM_CLASSES, average="macro"),
-            "accuracy": MulticlassAccuracy(NUM_CLASSES, average="micro"),
+            "f1": MulticlassF1Score(num_classes, average="macro"),
+            "accuracy": MulticlassAccuracy(num_classes, average="micro"),
         },
         prefix=prefix,
     )
@@ -114,14 +121,25 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
 
 
 class TopicClassifierModule(L.LightningModule):
-    def __init__(self, vocab_size: int, specials: dict, encoder: dict, head: dict, optim: dict, augment: dict):
+    def __init__(
+        self,
+        vocab_size: int,
+        specials: dict,
+        encoder: dict,
+        head: dict,
+        optim: dict,
+        augment: dict,
+        label_names: Optional[list[str]] = None,
+    ):
         super().__init__()
         # Plain dicts in hparams keep checkpoints loadable without this package's dataclasses.
         self.save_hyperparameters()
+        # Checkpoints from before label sets were saved are YNAT's.
+        self.label_names = list(label_names or LABEL_NAMES)
         self.specials = SpecialIds(**specials)
         self.optim_cfg, self.augment_cfg = OptimConfig(**optim), AugmentConfig(**augment)
         self.model = build_classifier(
-            vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), NUM_CLASSES
+            vocab_size, self.specials.pad, _encoder_cfg(encoder), _head_cfg(head), len(self.label_names)
         )
         self.loss = nn.CrossEntropyLoss(label_smoothing=self.optim_cfg.label_smoothing)
         # Only built when used, so checkpoints without it keep loading.
@@ -130,10 +148,13 @@ class TopicClassifierModule(L.LightningModule):
             if self.augment_cfg.mlm_weight > 0
             else None
         )
-        self.train_metrics, self.val_metrics = _metrics("train/"), _metrics("val/")
+        self.train_metrics = _metrics("train/", len(self.label_names))
+        self.val_metrics = _metrics("val/", len(self.label_names))
+        self.inner_metrics = _metrics("inner/", len(self.label_names))
         # The run's optimiser steps (for the masking decay), set in configure_optimizers: Lightning
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
+        self.nonfinite_steps = 0
 
     @classmethod
     def from_configs(
@@ -144,8 +165,17 @@ class TopicClassifierModule(L.LightningModule):
         head: HeadConfig,
         optim: OptimConfig,
         augment: AugmentConfig,
+        label_names: Sequence[str] = LABEL_NAMES,
     ) -> TopicClassifierModule:
-        return cls(vocab_size, asdict(specials), _plain(encoder), _plain(head), _plain(optim), _plain(augment))
+        return cls(
+            vocab_size,
+            asdict(specials),
+            _plain(encoder),
+            _plain(head),
+            _plain(optim),
+            _plain(augment),
+            list(label_names),
+        )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
@@ -170,9 +200,28 @@ class TopicClassifierModule(L.LightningModule):
             mlm_loss = self.masked_lm_loss(states, original, picked) if masking else self._unused_head_loss()
             self.log("train/mlm_loss", mlm_loss, batch_size=len(input_ids))
             loss = loss + self.augment_cfg.mlm_weight * mlm_loss
+        if not torch.isfinite(loss):
+            return self.skip_nonfinite(loss)
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
+
+    def skip_nonfinite(self, loss: torch.Tensor) -> None:
+        """No update from a step whose loss is NaN or infinite (Lightning skips the step when
+        training_step returns None); past optim.skip_nonfinite_steps of them, the fold stops."""
+        self.nonfinite_steps += 1
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        step, epoch = self.global_step + 1, self.current_epoch + 1
+        where = f"loss {loss.item()} at step {step} (epoch {epoch}), learning rate {lr:.3g}"
+        if self.nonfinite_steps > self.optim_cfg.skip_nonfinite_steps:
+            raise TrainingDiverged(f"{where}, after {self.nonfinite_steps - 1} skipped non-finite step(s)")
+        log.warning(
+            "%s: step skipped (%d of optim.skip_nonfinite_steps=%d)",
+            where,
+            self.nonfinite_steps,
+            self.optim_cfg.skip_nonfinite_steps,
+        )
+        return None
 
     def augment(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The titles as training sees them, and which tokens were picked (the masked-LM targets)."""
@@ -223,14 +272,19 @@ class TopicClassifierModule(L.LightningModule):
         self.log_dict(self.train_metrics.compute())
         self.train_metrics.reset()
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        # Loader 0 (FoldDataModule) is the inner split, which chooses the epoch; loader 1 the
+        # held-out fold, logged as val/ for the learning curve only.
+        prefix, metrics = ("inner", self.inner_metrics) if dataloader_idx == 0 else ("val", self.val_metrics)
         logits = self(batch["input_ids"])
-        self.log("val/loss", self.loss(logits, batch["labels"]), batch_size=len(logits))
-        self.val_metrics.update(logits, batch["labels"])
+        loss = self.loss(logits, batch["labels"])
+        self.log(f"{prefix}/loss", loss, batch_size=len(logits), add_dataloader_idx=False)
+        metrics.update(logits, batch["labels"])
 
     def on_validation_epoch_end(self) -> None:
-        self.log_dict(self.val_metrics.compute(), prog_bar=True)
-        self.val_metrics.reset()
+        for metrics in (self.inner_metrics, self.val_metrics):
+            self.log_dict(metrics.compute(), prog_bar=True)
+            metrics.reset()
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"index": batch["index"], "probs": torch.softmax(self(batch["input_ids"]).float(), dim=-1)}

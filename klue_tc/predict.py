@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from klue_tc.data import LABEL_NAMES
+from klue_tc.data import LABEL_NAMES, decode_text, has_letter_or_digit, normalise_title
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
 from klue_tc.records import FoldResult, RunResult
 
@@ -27,6 +27,10 @@ class PredictError(KlueTcError):
 def fold_records(run_dir: str | Path, available_only: bool = False) -> list[FoldResult]:
     """The run's fold records, each with its checkpoint and tokenizer on disk. A fold without them
     is an error naming it, unless `available_only` asks to ensemble the folds that are there."""
+    return _run_and_folds(run_dir, available_only)[1]
+
+
+def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[RunResult, list[FoldResult]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise PredictError(f"{run_dir}: no such run directory")
@@ -39,7 +43,8 @@ def fold_records(run_dir: str | Path, available_only: bool = False) -> list[Fold
             )
         raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
     try:
-        folds = RunResult.load(metrics_path).folds
+        result = RunResult.load(metrics_path)
+        folds = result.folds
     except (ValueError, KeyError, TypeError) as err:
         raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
     present = [r for r in folds if r.checkpoint and Path(r.checkpoint).is_file() and Path(r.tokenizer_dir).is_dir()]
@@ -53,38 +58,71 @@ def fold_records(run_dir: str | Path, available_only: bool = False) -> list[Fold
                 f"disk; pass --available-folds to ensemble the other {len(present)}"
             )
         log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))
-    return present
+    return result, present
 
 
 def predict_titles(
     run_dir: str | Path, titles: Sequence[str], batch_size: int = 512, available_only: bool = False
 ) -> list[tuple[str, float]]:
-    """(label name, ensemble probability) for each title, in order."""
-    titles = [t.strip() for t in titles]
+    """(label name, ensemble probability) for each title, in order (each normalised as training's were)."""
+    titles = [normalise_title(t) for t in titles]
     empty = [i for i, t in enumerate(titles) if not t]
     if empty:
-        raise PredictError(f"title {empty[0] + 1} is empty")
+        raise PredictError(
+            f"title {empty[0] + 1} is empty ({len(empty)} of {len(titles)} are): an empty title cannot be classified"
+        )
     if not titles:
         return []
-    records = fold_records(run_dir, available_only)
+    symbols_only = [i + 1 for i, t in enumerate(titles) if not has_letter_or_digit(t)]
+    if symbols_only:
+        log.warning(
+            "%d title(s) hold no letter or digit (only emoji, punctuation or symbols; title %d first): "
+            "their label is little more than the most common class",
+            len(symbols_only),
+            symbols_only[0],
+        )
+    result, records = _run_and_folds(run_dir, available_only)
     from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
 
     probs = ensemble_probs(records, titles, batch_size)
+    names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's
+    if probs.shape[1] != len(names):
+        raise PredictError(
+            f"{run_dir}: the models predict {probs.shape[1]} classes but metrics.json names {len(names)} labels"
+        )
     best = probs.argmax(axis=1)
-    return [(LABEL_NAMES[k], float(p[k])) for k, p in zip(best, probs)]
+    return [(names[k], float(p[k])) for k, p in zip(best, probs)]
 
 
 def read_titles(path: Path) -> list[str]:
+    if str(path) == "-":  # the usual spelling of standard input
+        titles = [title for title in map(normalise_title, sys.stdin.read().splitlines()) if title]
+        if not titles:
+            raise PredictError("standard input is empty (one headline a line expected)")
+        return titles
     if not path.is_file():
         raise PredictError(f"{path}: file not found")
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError:
-        raise PredictError(f"{path}: undecodable bytes (the file must be UTF-8)") from None
-    titles = [line.strip() for line in lines if line.strip()]
+    lines = decode_text(path.read_bytes(), str(path)).splitlines()
+    titles = [title for title in map(normalise_title, lines) if title]  # blank lines separate, nothing more
     if not titles:
         raise PredictError(f"{path}: the file is empty (one headline a line expected)")
     return titles
+
+
+def argument_title(argument: str, number: int) -> str:
+    """A command-line title as text: a terminal in the Korean Windows encoding hands Python bytes
+    it cannot read as UTF-8 (kept as surrogates), which are read as cp949 when they are that."""
+    try:
+        argument.encode("utf-8")
+        return argument
+    except UnicodeEncodeError:
+        raw = argument.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("cp949")
+    except UnicodeDecodeError:
+        raise PredictError(
+            f"title {number} is not UTF-8 text; set your terminal to UTF-8 or pass the titles in a file with --file"
+        ) from None
 
 
 def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]]) -> None:
@@ -104,7 +142,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m klue_tc.predict", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.json and fold checkpoints")
     parser.add_argument("titles", nargs="*", help="headlines to classify")
-    parser.add_argument("--file", type=Path, help="UTF-8 text file, one headline a line (blank lines skipped)")
+    parser.add_argument(
+        "--file",
+        type=Path,
+        help="text file (UTF-8; UTF-16 with a BOM and cp949 are read too), one headline a line (blank lines "
+        "skipped); - reads standard input",
+    )
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
     parser.add_argument(
@@ -112,12 +155,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         action="store_true",
         help="ensemble the folds whose checkpoints are on disk when some are missing",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # titles after an option too: `RUN --json "title"`
     if args.batch_size < 1:
         parser.error("--batch-size must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        titles = [t.strip() for t in args.titles] + (read_titles(args.file) if args.file else [])
+        titles = [argument_title(t, i) for i, t in enumerate(args.titles, 1)]
+        titles = [normalise_title(t) for t in titles] + (read_titles(args.file) if args.file else [])
         if not titles:
             raise PredictError("no titles given (pass them as arguments or with --file)")
         predictions = predict_titles(args.run_dir, titles, args.batch_size, args.available_folds)

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from klue_tc.config import RunConfig
-from klue_tc.data import LABEL_NAMES, LabelledTitles, stratified_subsample, training_titles, validation_titles
+from klue_tc.data import LabelledTitles, stratified_subsample, training_titles, validation_titles
 from klue_tc.errors import ConfigError, DataError, ResourceError
 from klue_tc.registry import TOKENIZERS
 
@@ -39,7 +39,7 @@ def require_writable(folder: Path, what: str) -> None:
 
 def check_folds(data: LabelledTitles, folds: int) -> None:
     """Stratified k-fold needs every class to have at least k titles."""
-    counts = np.bincount(data.labels, minlength=len(LABEL_NAMES))
+    counts = np.bincount(data.labels, minlength=data.num_classes)
     present = counts > 0
     if present.sum() < 2:
         raise DataError(f"{data.source}: the titles hold {int(present.sum())} class(es); classification needs two")
@@ -47,7 +47,7 @@ def check_folds(data: LabelledTitles, folds: int) -> None:
     if counts[fewest] < folds:
         raise DataError(
             f"{data.source}: cv.folds={folds} needs at least {folds} titles of every class present; "
-            f"{LABEL_NAMES[fewest]} has {counts[fewest]} (lower cv.folds or use more titles)"
+            f"{data.label_names[fewest]} has {counts[fewest]} (lower cv.folds or use more titles)"
         )
 
 
@@ -60,7 +60,7 @@ def check_inputs(run: RunConfig, run_dir: Path, results_root: Path) -> JobInputs
         raise ConfigError(f"data.limit={run.data.limit} is above the {len(data)} titles of {data.source}")
     data = stratified_subsample(data, run.data.limit, run.seed)
     check_folds(data, run.cv.folds)
-    validation = validation_titles(run.data)
+    validation = validation_titles(run.data, data.label_names)
     tokenizer_identity = TOKENIZERS[run.tokenizer.name].build.content_identity(run.tokenizer)
     from klue_tc.hardware import require_asked_gpu  # torch: only once the files are known to be good
 

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from klue_tc.files import atomic_write_json
+from klue_tc.files import atomic_write, atomic_write_json
+from klue_tc.redaction import redact
+
+# What chose a fold's epoch and checkpoint: records made before the inner split existed chose them
+# on the very fold they score (an optimistic CV F1).
+SELECTED_ON_INNER_SPLIT = "inner_split"
+SELECTED_ON_SCORED_FOLD = "scored_fold"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,70 @@ class ValidationScore:
 
 
 @dataclass
+class EpochScores:
+    """One point of a fold's learning curve: the inner split (which chooses the epoch) and the
+    held-out fold (scored every epoch for the curve only; nothing reads it to choose)."""
+
+    epoch: int  # 1-based
+    inner_f1: float
+    inner_accuracy: float
+    inner_loss: float
+    f1: float
+    accuracy: float
+    loss: float
+
+
+@dataclass
+class TitlePredictions:
+    index: np.ndarray  # each title's row: in the job's training titles (the scored fold) or the validation file
+    label: np.ndarray  # its true class
+    predicted: np.ndarray  # the class predicted, from the full-precision probabilities
+    probs: np.ndarray  # (titles, classes), float16: ample for resampling, a quarter of float64's size
+
+    @classmethod
+    def of(cls, index: np.ndarray, label: np.ndarray, probs: np.ndarray) -> TitlePredictions:
+        return cls(
+            np.asarray(index, dtype=np.int32),
+            np.asarray(label, dtype=np.int16),
+            np.asarray(probs).argmax(1).astype(np.int16),
+            np.asarray(probs, dtype=np.float16),
+        )
+
+
+@dataclass
+class FoldPredictions:
+    """A fold model's per-title predictions on the titles it is scored on, so that intervals can
+    resample titles: saved beside its record by the results store (klue_tc/results.py)."""
+
+    scored: TitlePredictions
+    validation: Optional[TitlePredictions] = None
+
+    def save(self, path: Path) -> None:
+        arrays = {
+            f"{part}_{name}": getattr(titles, name)
+            for part, titles in (("scored", self.scored), ("validation", self.validation))
+            if titles is not None
+            for name in ("index", "label", "predicted", "probs")
+        }
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as handle:  # a handle: given a path, numpy would append .npz to it
+                np.savez_compressed(handle, **arrays)
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: Path) -> FoldPredictions:
+        with np.load(path) as stored:
+            parts = {
+                part: TitlePredictions(*(stored[f"{part}_{name}"] for name in ("index", "label", "predicted", "probs")))
+                for part in ("scored", "validation")
+                if f"{part}_index" in stored
+            }
+        return cls(parts["scored"], parts.get("validation"))
+
+
+@dataclass
 class FoldResult:
     fold: int
     f1: float
@@ -89,21 +159,57 @@ class FoldResult:
     threads: int = 0  # torch's CPU threads
     validation: Optional[ValidationScore] = None  # this fold's model alone on the validation set
     pretrained: Optional[dict] = None  # the stored pretrained encoder it started from: key, path, corpus
+    # Where its loss stopped being finite (its F1 is NaN then, left out of every mean); None: it did not.
+    diverged: Optional[str] = None
+    # The inner split's score at the chosen epoch (what chose it), beside f1/accuracy: the held-out
+    # fold's score of the chosen checkpoint. Records of older code lack them (None, 0, []).
+    inner_f1: Optional[float] = None
+    inner_accuracy: Optional[float] = None
+    inner_size: int = 0
+    selected_on: str = SELECTED_ON_SCORED_FOLD
+    learning_curve: list[EpochScores] = field(default_factory=list)
+    # Not in the JSON: the results store saves and loads it beside the record.
+    predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        payload = asdict(replace(self, predictions=None))
+        del payload["predictions"]
+        return payload
+
+    def relative_to(self, base: Path) -> FoldResult:
+        """The record with its model files named relative to `base` where they lie inside it, so
+        that the folder holding them and the record can move or be copied as one."""
+
+        def inside(path: Optional[str]) -> Optional[str]:
+            if not path or not Path(path).is_absolute():
+                return path
+            try:
+                return Path(path).resolve().relative_to(base.resolve()).as_posix()
+            except ValueError:
+                return path
+
+        return replace(self, checkpoint=inside(self.checkpoint), tokenizer_dir=inside(self.tokenizer_dir) or "")
+
+    def resolved_against(self, base: Path) -> FoldResult:
+        """The record with relative model paths read from `base` (absolute ones are kept)."""
+
+        def under(path: Optional[str]) -> Optional[str]:
+            return str(base / path) if path and not Path(path).is_absolute() else path
+
+        return replace(self, checkpoint=under(self.checkpoint), tokenizer_dir=under(self.tokenizer_dir) or "")
 
     @classmethod
     def from_dict(cls, payload: dict) -> FoldResult:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"predictions"}
         values = {k: v for k, v in payload.items() if k in known}
         for key, kind in (("describe", Describe), ("code", CodeVersion), ("validation", ValidationScore)):
             if isinstance(values.get(key), dict):
                 values[key] = kind(**values[key])
+        values["learning_curve"] = [EpochScores(**epoch) for epoch in values.get("learning_curve", [])]
         return cls(**values)
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, self.to_dict())
+        atomic_write_json(path, redact(self.to_dict()))  # a name from an env-expanded override keeps no token
 
     @classmethod
     def load(cls, path: Path) -> FoldResult:
@@ -123,6 +229,7 @@ class RunResult:
     reused_folds: list[int] = field(default_factory=list)  # found in the results store, not trained now
     reused_from_other_code: list[int] = field(default_factory=list)  # of those, made by other code
     validation: dict = field(default_factory=dict)  # validation_f1, validation_accuracy, ... (evaluate.score_run)
+    label_names: Optional[list[str]] = None  # the classes in id order; None in runs from before: YNAT's
 
     def to_dict(self) -> dict:
         f1, accuracy = CVSummary.of([r.f1 for r in self.folds]), CVSummary.of([r.accuracy for r in self.folds])
@@ -139,9 +246,11 @@ class RunResult:
             "cv_accuracy_mean": accuracy.mean,
             "cv_accuracy_std": accuracy.std,
             "train_samples_per_s": speed.mean if speed.n else None,
+            "diverged_folds": [r.fold for r in self.folds if r.diverged],
             "reused_folds": self.reused_folds,
             "reused_from_other_code": self.reused_from_other_code,
             "code_versions": sorted({r.code.label() for r in self.folds if r.code}),
+            "label_names": self.label_names,
             **self.validation,
         }
 
@@ -157,11 +266,33 @@ class RunResult:
             payload.get("reused_folds", []),
             payload.get("reused_from_other_code", []),
             {k: v for k, v in payload.items() if k.startswith("validation_")},
+            payload.get("label_names"),
         )
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, self.to_dict())
+        """metrics.json names each fold's model relative to the run directory, which holds it."""
+        folds = [r.relative_to(path.parent) for r in self.folds]
+        # a name from an env-expanded override keeps no token
+        atomic_write_json(path, redact(replace(self, folds=folds).to_dict()))
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        """The run's result with each fold's model read from this run directory, wherever it lies now."""
+        result = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        result.folds = [_in_run_dir(r, path.parent) for r in result.folds]
+        return result
+
+
+def _in_run_dir(record: FoldResult, run_dir: Path) -> FoldResult:
+    """Relative paths are read from the run directory. Older metrics.json files named absolute
+    paths, always inside the run's own fold<k>/ folder: those are read from this run directory too,
+    so a moved run finds its files and a copy never reads the original's."""
+    fold_dir = f"fold{record.fold}"
+
+    def rebased(path: Optional[str]) -> Optional[str]:
+        if path and Path(path).is_absolute() and Path(path).parent.name == fold_dir:
+            return f"{fold_dir}/{Path(path).name}"
+        return path
+
+    legacy = replace(record, checkpoint=rebased(record.checkpoint), tokenizer_dir=rebased(record.tokenizer_dir) or "")
+    return legacy.resolved_against(run_dir)

@@ -1,9 +1,13 @@
 """Variants found by name: encoder blocks, heads and tokenizers register here with their typed config.
 
-A variant module says `@ENCODERS.register("name", NameConfig)` above what it builds; every module of
-the registry's package is imported the first time the registry is read, so a new variant is one new
-module (and, to run it as `+experiment=name`, one experiment YAML). Nothing else lists variants:
-the config groups, the sweeps' checks, the report's order and the tests read them from here.
+A variant module says `@ENCODERS.register("name", NameConfig)` above what it builds. One discovery
+finds them the first time a registry is read: every module of the registry's package, then every
+module named by an installed distribution's `klue_tc.variants` entry point (e.g. in its
+pyproject.toml, `[project.entry-points."klue_tc.variants"] gated = "my_package.gated"`). So a new
+variant is one new module (and, to run it as `+experiment=name`, one experiment YAML). The order is
+fixed whatever imported what first: the built-ins in the study's order, then the others by name.
+Nothing else lists variants: the config groups, the sweeps, the report's order and the tests read
+them from here.
 """
 
 from __future__ import annotations
@@ -11,10 +15,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 from klue_tc.errors import ConfigError
+
+ENTRY_POINT_GROUP = "klue_tc.variants"
 
 
 @dataclass(frozen=True)
@@ -23,18 +32,32 @@ class Variant:
     config: type  # its dataclass: the variant's keys and their defaults
     build: Any  # what the variant makes (a class or a factory function)
 
+    @property
+    def source(self) -> Optional[Path]:
+        """The file of the module that registered it."""
+        file = getattr(sys.modules.get(self.build.__module__), "__file__", None)
+        return Path(file).resolve() if file else None
+
 
 class Registry:
-    def __init__(self, group: str, package: str):
-        self.group, self.package = group, package
+    def __init__(self, group: str, package: str, built_ins: tuple[str, ...], check: Optional[str] = None):
+        """`built_ins`: the package's own variants in the study's order (the report's rows and
+        panels follow it); `check`: "module:function" called with each new Variant, which raises a
+        ConfigError naming what the variant lacks."""
+        self.group, self.package, self.built_ins, self.check = group, package, built_ins, check
         self._variants: dict[str, Variant] = {}
         self._loaded = False
 
     def register(self, name: str, config: type) -> Callable:
         def add(build):
             if name in self._variants and self._variants[name].build is not build:
-                raise ValueError(f"{self.group} {name!r} is registered twice")
-            self._variants[name] = Variant(name, config, build)
+                modules = f"{self._variants[name].build.__module__} and {build.__module__}"
+                raise ConfigError(f"{self.group} {name!r} is registered twice, by {modules}")
+            variant = Variant(name, config, build)
+            if self.check:
+                module, _, function = self.check.partition(":")
+                getattr(importlib.import_module(module), function)(variant)
+            self._variants[name] = variant
             return build
 
         return add
@@ -46,16 +69,21 @@ class Registry:
         package = importlib.import_module(self.package)
         for module in pkgutil.iter_modules(getattr(package, "__path__", [])):
             importlib.import_module(f"{self.package}.{module.name}")
+        load_external_variants()
 
     def names(self) -> list[str]:
-        """Registration order: the study's order for the built-in variants, then any added ones."""
+        """The built-ins in the study's order, then every other variant sorted by name."""
         self._load()
-        return list(self._variants)
+        added = sorted(name for name in self._variants if name not in self.built_ins)
+        return [name for name in self.built_ins if name in self._variants] + added
+
+    def variants(self) -> list[Variant]:
+        return [self._variants[name] for name in self.names()]
 
     def __getitem__(self, name: str) -> Variant:
         self._load()
         if name not in self._variants:
-            raise ConfigError(f"unknown {self.group} {name!r}; valid choices: {', '.join(self._variants)}")
+            raise ConfigError(f"unknown {self.group} {name!r}; valid choices: {', '.join(self.names())}")
         return self._variants[name]
 
     def config_for(self, name: str, **values):
@@ -70,7 +98,35 @@ class Registry:
         return name in self._variants
 
 
-ENCODERS = Registry("encoder", "klue_tc.models.encoders")
-HEADS = Registry("head", "klue_tc.models.heads")
-TOKENIZERS = Registry("tokenizer", "klue_tc.tokenizers")
+_external_loaded = False
+
+
+def load_external_variants() -> None:
+    """Import the modules of every `klue_tc.variants` entry point, sorted by entry-point name."""
+    global _external_loaded
+    if _external_loaded:
+        return
+    _external_loaded = True
+    for entry in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
+        try:
+            importlib.import_module(entry.module)
+        except ImportError as err:
+            where = f"variant module {entry.value} (entry point {entry.name!r})"
+            raise ConfigError(f"{where} cannot be imported: {err}") from None
+
+
+def external_sources(root: Path) -> list[Path]:
+    """The files, outside `root`, of modules that registered a variant."""
+    files = {v.source for registry in VARIANT_GROUPS.values() for v in registry.variants()}
+    return sorted(f for f in files if f is not None and not f.is_relative_to(root))
+
+
+ENCODERS = Registry(
+    "encoder",
+    "klue_tc.models.encoders",
+    built_ins=("transformer", "trans_blstm", "trans_blstm_parallel", "cnn"),
+    check="klue_tc.models.encoder:check_encoder_variant",
+)
+HEADS = Registry("head", "klue_tc.models.heads", built_ins=("cls", "mean", "blstm"))
+TOKENIZERS = Registry("tokenizer", "klue_tc.tokenizers", built_ins=("sentencepiece", "mecab", "kobert"))
 VARIANT_GROUPS = {"tokenizer": TOKENIZERS, "encoder": ENCODERS, "head": HEADS}

@@ -14,15 +14,16 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from klue_tc.config import RunConfig, keyed_settings
-from klue_tc.files import atomic_write_text, exclusive_lock
-from klue_tc.records import CodeVersion, FoldResult
+from klue_tc.files import atomic_write_text, exclusive_lock, link_or_copy, link_or_copy_tree
+from klue_tc.records import CodeVersion, FoldPredictions, FoldResult
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ class ResultsStore:
     def _path(self, key: str, fold: int) -> Path:
         return self.root / key / f"fold{fold}.json"
 
+    @staticmethod
+    def predictions_path(record_path: Path) -> Path:
+        """The record's per-title predictions, beside it: fold<k>.predictions.npz."""
+        return record_path.with_suffix(".predictions.npz")
+
     def read(self, key: str, fold: int) -> Optional[FoldResult]:
         """The stored record, or None; a damaged one (cut short by a crash or a full disk) is
         reported in one line and moved aside, so the fold trains again."""
@@ -68,11 +74,22 @@ class ResultsStore:
         if not path.is_file():
             return None
         try:
-            return FoldResult.load(path)
+            return self._load(path)
         except (OSError, ValueError, TypeError, KeyError) as err:
             log.warning("damaged results record %s (%s); the fold trains again", path, type(err).__name__)
             path.replace(path.with_suffix(".damaged"))
             return None
+
+    def _load(self, path: Path) -> FoldResult:
+        """The record with its predictions where they were saved (older records have none)."""
+        record = FoldResult.load(path).resolved_against(path.parent)
+        predictions = self.predictions_path(path)
+        if predictions.is_file():
+            try:
+                record.predictions = FoldPredictions.load(predictions)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # the scores stand alone
+                log.warning("damaged predictions %s skipped (%s)", predictions, type(err).__name__)
+        return record
 
     def find(self, key: str, fold: int, code: CodeVersion, reuse_any: bool) -> Lookup:
         record = self.read(key, fold)
@@ -90,9 +107,25 @@ class ResultsStore:
         return Lookup(None)
 
     def put(self, key: str, fold: int, record: FoldResult, config: Optional[dict] = None) -> None:
-        """Store the record; `config` (the job's resolved config) is kept once per configuration
-        beside its folds, so the store alone says what produced its numbers (the report reads it)."""
-        record.save(self._path(key, fold))
+        """Store the record with its model files, hard-linked into the store and named relative to
+        it, so that resuming needs no run directory (which may have moved); `config` (the job's
+        resolved config) is kept once per configuration beside its folds, so the store alone says
+        what produced its numbers (the report reads it)."""
+        path = self._path(key, fold)
+        if record.checkpoint and Path(record.checkpoint).is_file() and Path(record.tokenizer_dir).is_dir():
+            model_dir = path.with_suffix("")
+            model_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint = model_dir / Path(record.checkpoint).name
+            if Path(record.checkpoint).resolve() != checkpoint.resolve():
+                link_or_copy(Path(record.checkpoint), checkpoint)
+                link_or_copy_tree(Path(record.tokenizer_dir), model_dir / "tokenizer")
+            record = replace(record, checkpoint=str(checkpoint), tokenizer_dir=str(model_dir / "tokenizer"))
+        predictions = self.predictions_path(path)
+        if record.predictions is not None:  # first: a record is never without the predictions it had
+            record.predictions.save(predictions)
+        else:  # a retrained fold's record must not meet its predecessor's predictions
+            predictions.unlink(missing_ok=True)
+        record.relative_to(path.parent).save(path)
         if config is not None and not (self.root / key / CONFIG_FILE).is_file():
             text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
             atomic_write_text(self.root / key / CONFIG_FILE, text)
@@ -117,7 +150,7 @@ class ResultsStore:
         found = []
         for path in sorted(self.root.glob("*/fold*.json")):
             try:
-                found.append(FoldResult.load(path))
+                found.append(self._load(path))
             except (OSError, ValueError, TypeError, KeyError) as err:
                 log.warning("damaged results record %s skipped (%s)", path, type(err).__name__)
         return found

@@ -6,10 +6,9 @@ check the inputs -> look up finished folds -> train the missing ones -> score th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -19,13 +18,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from klue_tc.config import LoggerKind, RunConfig, job_config, keyed_settings, validate
+from klue_tc import interrupts
+from klue_tc.config import LoggerKind, RunConfig, WandbConfig, job_config, keyed_settings, validate
 from klue_tc.corpus import PretrainSources, gather_sources
 from klue_tc.data import stratified_folds
-from klue_tc.files import atomic_write_text
+from klue_tc.distributed import plan_for_other_ranks
+from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import JobInputs, check_inputs
 from klue_tc.records import Describe, FoldResult, RunResult
+from klue_tc.redaction import redact, redact_files, redact_logs
 from klue_tc.results import ResultsStore, config_hash
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,9 @@ def results_root(run: RunConfig) -> Path:
     if run.results.dir:
         return Path(run.results.dir).expanduser()
     hydra = HydraConfig.get()
-    if hydra.mode == RunMode.MULTIRUN:
+    # A named sweep (a sweep file) keeps its records in its own, stable folder; an ad hoc `-m`
+    # shares the single runs' store, since its timestamped folder is new at every re-run.
+    if hydra.mode == RunMode.MULTIRUN and run.sweep:
         return Path(hydra.sweep.dir) / "results"
     return Path("outputs/results")
 
@@ -50,7 +54,10 @@ def run_job(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    resolved = job_config(cfg)
+    redact_logs()
+    tolerate_full_disk_in_logs()
+    redact_hydra_files(run_dir)
+    resolved = redact(job_config(cfg))  # what is written: config.yaml, the store's, W&B's
     # The config that produced every number in this directory, resolved, beside metrics.json.
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
     store = ResultsStore(results_root(run))
@@ -67,16 +74,26 @@ def run_job(cfg: DictConfig) -> float:
         finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start, sources)
     folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
 
-    result = RunResult(describe(run), key, run.sweep, run.cv.folds, folds, reused, other_code)
+    result = RunResult(
+        describe(run),
+        key,
+        run.sweep,
+        run.cv.folds,
+        folds,
+        reused,
+        other_code,
+        label_names=list(inputs.train.label_names),
+    )
     if inputs.validation is not None and all(f.checkpoint for f in folds):
         result.validation = score_validation(folds, inputs, run, run_dir)
     result.save(run_dir / "metrics.json")
     metrics = result.to_dict()
     if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
-        log_aggregate(run, metrics, run_dir, wandb_group(run, key))
+        log_aggregate(run.logger.wandb, metrics, run_dir, wandb_group(run, key))
     print(f"run directory: {run_dir}", flush=True)
     print(final_line(metrics), flush=True)
-    score = metrics["cv_f1_mean"]
+    # A configuration with a diverged fold is no candidate: NaN, a failed trial for Optuna.
+    score = float("nan") if metrics["diverged_folds"] else metrics["cv_f1_mean"]
     if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
         # hydra-optuna-sweeper 1.3 with optuna 2.x ends the whole study on a NaN objective, while
         # an exception is recorded as one failed trial and the study goes on.
@@ -86,15 +103,23 @@ def run_job(cfg: DictConfig) -> float:
 
 def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig, run_dir: Path) -> dict:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
-    from klue_tc.data import LABEL_NAMES
     from klue_tc.evaluate import score_run
-    from klue_tc.plots import plot_confusion_matrix
+    from klue_tc.report.plots import plot_confusion_matrix
 
     validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
     plot_confusion_matrix(
-        validation["validation_confusion_matrix"], list(LABEL_NAMES), run_dir / "confusion_matrix.png"
+        validation["validation_confusion_matrix"], list(inputs.validation.label_names), run_dir / "confusion_matrix.png"
     )
     return validation
+
+
+def redact_hydra_files(run_dir: Path) -> None:
+    """Hydra has already written the overrides as given (a shell-expanded $HF_TOKEN among them)."""
+    hydra = HydraConfig.get()
+    written = list((run_dir / hydra.output_subdir).glob("*.yaml")) if hydra.output_subdir else []
+    if hydra.mode == RunMode.MULTIRUN:
+        written.append(Path(hydra.sweep.dir) / "multirun.yaml")
+    redact_files(written)
 
 
 def results_key(run: RunConfig, inputs: JobInputs, sources: PretrainSources | None = None) -> str:
@@ -172,12 +197,18 @@ def train_folds(
     cache = TokenizerCache(run.data.cache_dir)
     progress = JobProgress(len(missing), run.trainer.max_epochs)
     group, code, trained = wandb_group(run, key), code_version(), {}
-    for k in missing:
-        with store.claim(key, k):
+    with contextlib.ExitStack() as held:
+        # All the job's folds are held before any trains, so that the list the other ranks of a
+        # multi-device fit are given is final.
+        for k in missing:
+            held.enter_context(store.claim(key, k))
+        for k in missing:
             lookup = store.find(key, k, code, reuse_any=False)  # an identical job may have finished it meanwhile
             if lookup.record is not None and run.results.resume:
                 trained[k] = lookup.record
-                continue
+        to_train = [k for k in missing if k not in trained]
+        held.enter_context(plan_for_other_ranks(resolved, run_dir, store.root, key, to_train))
+        for k in to_train:
             pretrained = None
             if sources is not None:
                 pretrained = pretrain_for_fold(run, sources, inputs, splits[k][1], cache, run_dir, group)
@@ -199,12 +230,14 @@ def train_folds(
                     logger,
                     job_start,
                     store.training_state_dir(key, k),
-                    callbacks=[progress.callback(k)],
+                    callbacks=[progress.callback(k), progress.bar()],
                     validation=inputs.validation,
                     pretrained=pretrained,
                 )
-            finally:
-                finish_logger(logger)
+            except BaseException:  # Ctrl-C reaches here as Lightning's sys.exit(1)
+                finish_logger(logger, exit_code=1)
+                raise
+            finish_logger(logger)
             record = replace(
                 record,
                 describe=describe(run),
@@ -216,6 +249,8 @@ def train_folds(
             store.put(key, k, record, resolved)
             store.discard_training_state(key, k)
             trained[k] = record
+            if interrupts.requested() is not None:  # asked to stop as the fold's training ended
+                raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job_start = time.perf_counter()  # the next fold's time to first step starts here
     return trained
 
@@ -264,36 +299,27 @@ def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
         return record
     fold_dir.mkdir(parents=True, exist_ok=True)
     target = fold_dir / checkpoint.name
-    _link_or_copy(checkpoint, target)
-    tokenizer = fold_dir / "tokenizer"
-    shutil.rmtree(tokenizer, ignore_errors=True)
-    shutil.copytree(record.tokenizer_dir, tokenizer, copy_function=_link_or_copy)
-    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str(tokenizer.resolve()))
-
-
-def _link_or_copy(source, target) -> None:
-    target = Path(target)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    link_or_copy(checkpoint, target)
+    link_or_copy_tree(Path(record.tokenizer_dir), fold_dir / "tokenizer")
+    return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str((fold_dir / "tokenizer").resolve()))
 
 
 def wandb_group(run: RunConfig, key: str) -> str:
-    """The sweep's name, else the experiment and its configuration hash (one group per setting)."""
-    return run.logger.wandb.group or run.sweep or f"{run.experiment}-{key}"
+    """One group per configuration (its folds and its aggregate), in a sweep as in a single run."""
+    from klue_tc.loggers import config_group
+
+    return config_group(run.logger.wandb.group, run.sweep, run.experiment, key)
 
 
-def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> None:
+def log_aggregate(wandb_cfg: WandbConfig, metrics: dict, run_dir: Path, group: str) -> None:
     """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
     validation confusion matrix and per-class F1."""
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
 
     wandb_run = open_wandb_run(
-        run.logger.wandb,
+        wandb_cfg,
         run_dir,
-        f"{run.experiment}-{metrics['config_hash']}-cv",
+        f"{metrics['experiment']}-{metrics['config_hash']}-cv",
         group,
         "aggregate",
         {**metrics_config(metrics)},
@@ -313,6 +339,7 @@ def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> N
     if "validation_f1" in metrics:
         from klue_tc.data import LABEL_NAMES
 
+        names = metrics.get("label_names") or LABEL_NAMES
         wandb_run.summary.update(
             {"validation/f1": metrics["validation_f1"], "validation/accuracy": metrics["validation_accuracy"]}
         )
@@ -324,12 +351,35 @@ def log_aggregate(run: RunConfig, metrics: dict, run_dir: Path, group: str) -> N
                     columns=["class", "f1"], data=[[k, v] for k, v in per_class.items()]
                 ),
                 "validation/confusion_matrix": wandb.Table(
-                    columns=["truth", *LABEL_NAMES], data=[[name, *row] for name, row in zip(LABEL_NAMES, matrix)]
+                    columns=["truth", *names], data=[[name, *row] for name, row in zip(names, matrix)]
                 ),
                 "validation/confusion_matrix_plot": wandb.Image(str(run_dir / "confusion_matrix.png")),
             }
         )
     finish_wandb_run(wandb_run)
+
+
+def log_sweep_aggregates(sweep_dir: Path, wandb_cfg: WandbConfig) -> None:
+    """One aggregate run per configuration of a sweep, in that configuration's group, where its
+    folds ran as separate jobs (a job that trained every fold logged its own aggregate)."""
+    from klue_tc.loggers import config_group
+
+    by_config: dict[str, list[RunResult]] = {}
+    for path in sorted(sweep_dir.glob("**/metrics.json")):
+        try:
+            result = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("%s skipped for the W&B aggregates (%s)", path, type(err).__name__)
+            continue
+        by_config.setdefault(result.config_hash, []).append(result)
+    for key, results in by_config.items():
+        if any(len(r.folds) >= r.cv_folds for r in results):
+            continue
+        folds = {f.fold: f for r in results for f in r.folds}
+        first = results[0]
+        combined = RunResult(first.describe, key, first.sweep, first.cv_folds, [folds[k] for k in sorted(folds)])
+        group = config_group(wandb_cfg.group, first.sweep, first.describe.experiment, key)
+        log_aggregate(wandb_cfg, combined.to_dict(), sweep_dir, group)
 
 
 def metrics_config(metrics: dict) -> dict:
@@ -343,6 +393,8 @@ def final_line(metrics: dict) -> str:
     )
     if "validation_f1" in metrics:
         line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
+    if metrics.get("diverged_folds"):
+        line += f"; fold(s) {', '.join(map(str, metrics['diverged_folds']))} diverged (left out of the mean)"
     reused = [f for f in metrics["folds"] if f["fold"] in metrics["reused_folds"]]
     if reused:
         since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")

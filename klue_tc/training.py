@@ -17,19 +17,35 @@ from typing import Optional, Sequence
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.loggers import Logger
 
-from klue_tc.callbacks import ExponentialMovingAverage, FoldMonitor, RandomState
-from klue_tc.checkpoints import RESUME_CHECKPOINT_EVERY_S, ResumeCheckpoint, resume_point, save_weights_only
+from klue_tc import interrupts
+from klue_tc.callbacks import SELECTION_METRIC, ExponentialMovingAverage, FoldMonitor, LogEveryEpoch, RandomState
+from klue_tc.checkpoints import (
+    RESUME_CHECKPOINT_EVERY_S,
+    AtomicCheckpointIO,
+    ResumeCheckpoint,
+    resume_point,
+    save_weights_only,
+)
 from klue_tc.config import RunConfig, TrainerConfig
-from klue_tc.data import LabelledTitles
+from klue_tc.data import LabelledTitles, inner_split
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
-from klue_tc.evaluate import score_fold
+from klue_tc.evaluate import score_predictions
+from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
-from klue_tc.module import TopicClassifierModule
+from klue_tc.inference import encoded_probs, predict_probs
+from klue_tc.module import TopicClassifierModule, TrainingDiverged
 from klue_tc.pretraining import PretrainedEncoder, load_pretrained_encoder
-from klue_tc.records import FoldResult
+from klue_tc.records import (
+    SELECTED_ON_INNER_SPLIT,
+    EpochScores,
+    FoldPredictions,
+    FoldResult,
+    TitlePredictions,
+    ValidationScore,
+)
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache
 
 log = logging.getLogger(__name__)
@@ -39,8 +55,11 @@ log = logging.getLogger(__name__)
 class PreparedFold:
     tokenizer: Tokenizer
     tokenizer_key: str
-    train: EncodedSplit
-    val: EncodedSplit
+    train: EncodedSplit  # the titles trained on
+    val: EncodedSplit  # the held-out fold: scored, never read to choose
+    inner: EncodedSplit  # the inner split of the training fold: chooses the epoch and checkpoint
+    val_index: np.ndarray  # the held-out titles' rows in the job's titles
+    label_names: tuple[str, ...]  # the classes the model predicts, in id order
 
 
 def prepare_fold(
@@ -51,18 +70,21 @@ def prepare_fold(
     cache: TokenizerCache,
     pretrained: Optional[PretrainedEncoder] = None,
 ) -> PreparedFold:
-    """The tokenizer sees the fold's training titles only (or, after pretraining, the pretraining
-    corpus: the encoder's own); all titles are encoded once and cached."""
+    """The tokenizer sees the fold's training titles only (the inner split's among them: unlabelled
+    text, and no title is scored on them), or, after pretraining, the pretraining corpus: the
+    encoder's own; all titles are encoded once and cached."""
     train_part = data.subset(train_idx)
     if pretrained is not None:
         tokenizer, key = pretrained.tokenizer, pretrained.tokenizer_key
     else:
         tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
     encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
+    fit, inner = inner_split(train_part.labels, run.cv.inner_fraction, run.cv.seed)
+    fit_idx, inner_idx = train_idx[fit], train_idx[inner]
     resample = None
     alpha = getattr(run.tokenizer, "sampling_alpha", 0.0)
     if alpha > 0:
-        texts, seed = train_part.texts, run.seed
+        texts, seed = [data.texts[i] for i in fit_idx], run.seed
 
         def sampled(epoch: int) -> EncodedTitles:
             return EncodedTitles.from_lists(tokenizer.encode_sampled(texts, alpha, seed + epoch))
@@ -71,8 +93,11 @@ def prepare_fold(
     return PreparedFold(
         tokenizer,
         key,
-        EncodedSplit(encoded.take(train_idx), data.labels[train_idx], resample),
+        EncodedSplit(encoded.take(fit_idx), data.labels[fit_idx], resample),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
+        EncodedSplit(encoded.take(inner_idx), data.labels[inner_idx]),
+        np.asarray(val_idx),
+        data.label_names,
     )
 
 
@@ -80,11 +105,17 @@ def make_trainer(
     cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list, reload_train_data: bool = False
 ) -> L.Trainer:
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
+    # A caller's own bar (klue_tc.progress) is used when a bar is shown, and left out when not.
+    own_bars = [c for c in callbacks if isinstance(c, ProgressBar)]
+    callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    callbacks = [*callbacks, LogEveryEpoch(cfg.log_every_n_steps)]
     if show_bar:
-        callbacks = [*callbacks, RichProgressBar()]
+        callbacks = [*callbacks, *(own_bars[:1] or [RichProgressBar()])]
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
+        strategy=cfg.strategy,
+        use_distributed_sampler=False,  # the batch sampler shares out each batch itself (datamodule.py)
         precision=default_precision(cfg),
         max_epochs=cfg.max_epochs,
         gradient_clip_val=cfg.gradient_clip_val,
@@ -99,6 +130,7 @@ def make_trainer(
         fast_dev_run=cfg.fast_dev_run,
         limit_train_batches=cfg.limit_train_batches,
         reload_dataloaders_every_n_epochs=int(reload_train_data),
+        plugins=[AtomicCheckpointIO()],
     )
 
 
@@ -113,15 +145,22 @@ def train_fold(
     callbacks: Sequence[L.Callback] = (),
     validation: Optional[LabelledTitles] = None,
     pretrained: Optional[PretrainedEncoder] = None,
-) -> FoldResult:
+) -> Optional[FoldResult]:
     """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
     once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
     and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it. With `pretrained`, the encoder starts from its weights."""
+    and run after the ones that make it. None on the other ranks of a multi-device fit.
+    With `pretrained`, the encoder starts from its weights."""
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size, prepared.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+        prepared.tokenizer.vocab_size,
+        prepared.tokenizer.specials,
+        run.encoder,
+        run.head,
+        run.optim,
+        run.augment,
+        prepared.label_names,
     )
     if pretrained is not None:
         load_pretrained_encoder(module.model, pretrained)
@@ -129,7 +168,9 @@ def train_fold(
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
         # faster than one symbolic in the width, which any width would need.
         module.model = torch.compile(module.model, dynamic=run.data.pad_multiple == 1)
-    datamodule = FoldDataModule(prepared.train, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed)
+    datamodule = FoldDataModule(
+        prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
+    )
     monitor = FoldMonitor(job_start)
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
@@ -139,14 +180,14 @@ def train_fold(
     best = ModelCheckpoint(
         dirpath=str(state_dir),
         filename="best",
-        monitor="val/f1",
+        monitor=SELECTION_METRIC,
         mode="max",
         save_top_k=1,
         save_weights_only=not averaging,
         enable_version_counter=False,
     )
-    latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S)
-    early_stop = EarlyStopping(monitor="val/f1", mode="max", patience=run.trainer.early_stopping_patience)
+    latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S, fold)
+    early_stop = EarlyStopping(monitor=SELECTION_METRIC, mode="max", patience=run.trainer.early_stopping_patience)
     trainer = make_trainer(
         run.trainer,
         fold_dir,
@@ -154,30 +195,68 @@ def train_fold(
         [*averaging, monitor, RandomState(), best, latest, early_stop, *callbacks],
         reload_train_data=prepared.train.resample is not None,
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    diverged = None
+    try:
+        with interrupts.at_step_boundaries():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except TrainingDiverged as err:
+        diverged = str(err)
+        log.warning("fold %d diverged: %s; its record is marked diverged, left out of the CV mean", fold, diverged)
+    if not trainer.is_global_zero:
+        return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
     checkpoint = None
-    if best.best_model_path:
+    if best.best_model_path and diverged is None:
         checkpoint = fold_dir / "best.ckpt"
         save_weights_only(Path(best.best_model_path), checkpoint)
-    tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
+    with reporting_full_disk(fold_dir / "tokenizer"):
+        tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
+    train_seconds = time.perf_counter() - started
+    # The fold's score: the chosen checkpoint on the held-out titles, computed once, after fit (and as
+    # prediction computes it), so that nothing during training could have read it to choose.
+    chosen = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
+    scored_probs = encoded_probs(
+        chosen, prepared.val.encoded, prepared.tokenizer.specials.pad, run.data.eval_batch_size
+    )
+    scored = score_predictions(prepared.val.labels, scored_probs.argmax(1), "held-out fold", prepared.label_names)
+    predictions = FoldPredictions(TitlePredictions.of(prepared.val_index, prepared.val.labels, scored_probs))
+    validation_score: Optional[ValidationScore] = None
+    if validation is not None and checkpoint is not None:
+        validation_probs = predict_probs(chosen, prepared.tokenizer, validation.texts, run.data.eval_batch_size)
+        validation_score = score_predictions(
+            validation.labels, validation_probs.argmax(1), validation.source, prepared.label_names
+        )
+        predictions.validation = TitlePredictions.of(np.arange(len(validation)), validation.labels, validation_probs)
+    if logger is not None:  # beside the per-epoch curves, whose val/ maximum is not the fold's score
+        chosen_epoch = monitor.best_epoch + 1
+        logger.log_metrics({"fold/f1": scored.f1, "fold/accuracy": scored.accuracy, "fold/epoch": chosen_epoch})
+        logger.save()
     result = FoldResult(
         fold=fold,
-        f1=monitor.best_f1,
-        accuracy=monitor.best_accuracy,
+        f1=scored.f1,
+        accuracy=scored.accuracy,
         best_epoch=monitor.best_epoch + 1,
         epochs_run=trainer.current_epoch,
         train_samples_per_s=monitor.samples_per_s,
         time_to_first_step_s=monitor.time_to_first_step,
-        train_seconds=time.perf_counter() - started,
+        train_seconds=train_seconds,
         train_size=len(prepared.train.encoded),
         val_size=len(prepared.val.encoded),
         checkpoint=str(checkpoint.resolve()) if checkpoint else None,
         tokenizer_dir=str(tokenizer_dir.resolve()),
         precision=default_precision(run.trainer),
-        device=device_name(run.trainer),
+        device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
         threads=torch.get_num_threads(),
         pretrained=pretrained.record() if pretrained is not None else None,
+        validation=validation_score,
+        inner_f1=monitor.best_inner_f1 if monitor.best_epoch >= 0 else None,
+        inner_accuracy=monitor.best_inner_accuracy if monitor.best_epoch >= 0 else None,
+        inner_size=len(prepared.inner.encoded),
+        selected_on=SELECTED_ON_INNER_SPLIT,
+        learning_curve=[EpochScores(**point) for point in monitor.curve],
+        predictions=predictions,
+        diverged=diverged,
     )
-    if validation is not None and checkpoint is not None:
-        result.validation = score_fold(result, validation, run.data.eval_batch_size)
+    if diverged is not None:  # its weights are not a model: no score, left out of every mean
+        result.f1 = result.accuracy = float("nan")
+        result.validation, result.predictions = None, None
     return result

@@ -1,10 +1,12 @@
 """TF-IDF character n-gram + linear SVM baseline on the same fold and validation file as a run.
 
     python scripts/tfidf_baseline.py --train TRAIN.tsv --validation VAL.tsv [--folds 5 --fold 0 --seed 42]
-        [--run RUN_DIR] [--untuned]
+        [--inner-fraction 0.1] [--run RUN_DIR] [--untuned]
 
 Prints fold-validation and validation macro-F1, for comparison with `python -m klue_tc` on the
-same split (`cv.folds`, `cv.fold`, `cv.seed`). With --run, also scores that run's checkpoints on
+same split (`cv.folds`, `cv.fold`, `cv.seed`, `cv.inner_fraction`): trained on the same titles as
+the run (the training fold less its inner split), C chosen on that inner split as the run chose its
+epoch (--untuned: scikit-learn's defaults, nothing chosen). With --run, also scores that run's checkpoints on
 the validation titles and gives the paired bootstrap interval of (run - baseline) macro-F1 (on a
 few thousand titles one model's F1 moves by about half a point from sampling alone), how the
 titles split by which model is right, and both models' F1 on each quarter of the titles ordered by
@@ -15,8 +17,8 @@ import argparse
 
 from sklearn.metrics import f1_score
 
-from klue_tc.baseline import baseline_pipeline
-from klue_tc.data import read_labelled_file, stratified_folds
+from klue_tc.baseline import baseline_pipeline, fit_choosing_c
+from klue_tc.data import inner_split, read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
@@ -35,6 +37,9 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--inner-fraction", type=float, default=0.1, help="the run's cv.inner_fraction: the share that chooses C"
+    )
     parser.add_argument("--run", help="a klue_tc run directory trained on the same split, to compare with")
     parser.add_argument(
         "--untuned",
@@ -48,14 +53,23 @@ def main() -> None:
     except KlueTcError as err:
         exit_with(err)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
-    model = baseline_pipeline(untuned=args.untuned)
-    train_texts = [data.texts[i] for i in train_idx]
-    model.fit(train_texts, data.labels[train_idx])
+    try:
+        fit, _ = inner_split(data.labels[train_idx], args.inner_fraction, args.seed)
+    except KlueTcError as err:
+        exit_with(err)
+    train_texts = [data.texts[i] for i in train_idx[fit]]  # the titles the model learns from
+    if args.untuned:
+        model, chosen = baseline_pipeline(untuned=True).fit(train_texts, data.labels[train_idx[fit]]), ""
+    else:
+        model, picked = fit_choosing_c(
+            [data.texts[i] for i in train_idx], data.labels[train_idx], args.inner_fraction, args.seed
+        )
+        chosen = f" (C={picked['C']:g}, chosen on the inner split, its F1 {picked['inner_f1']:.4f})"
     fold_f1 = f1_score(data.labels[fold_idx], model.predict([data.texts[i] for i in fold_idx]), average="macro")
     baseline_predicted = model.predict(validation.texts)
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
     baseline_name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
-    print(f"{baseline_name}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
+    print(f"{baseline_name}{chosen}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
     if run_records:
         run_predicted = ensemble_probs(run_records, validation.texts).argmax(1)
         paired = paired_bootstrap_f1_difference(validation.labels, run_predicted, baseline_predicted)

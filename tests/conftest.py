@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SHARED_TRAIN = SHARED / "data" / "klue-ynat-v1.1" / "train.tsv"
 SHARED_KOBERT = SHARED / "models" / "kobert-base-v1" / "spiece.model"
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))  # `+experiment=` choices
 
 # Each topic has its own subjects and predicates, so the task is learnable; fillers are shared.
 TOPIC_WORDS = {
@@ -81,6 +82,7 @@ def offline_isolated_env(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setattr("klue_tc.data._said_once", set())  # each test is a command of its own
 
 
 @pytest.fixture

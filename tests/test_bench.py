@@ -133,9 +133,7 @@ def test_project_sweep_arithmetic():
         overhead_s=5.0,
         n_titles=1000,
         folds=5,
-        lns=1,
-        tokenizers=1,
-        layers=(3, 6),
+        jobs={"transformer": {3: 5, 6: 5}},  # one LN, one tokenizer, 5 folds at each layer count
     )
     at3 = 2 * 800 / 400 + 2 * 200 / 1000 + 5.0  # 4 s train + 0.4 s val + 5 s overhead
     at6 = 2 * (2 * 800 / 400 + 2 * 200 / 1000) + 5.0
@@ -147,17 +145,28 @@ def test_project_sweep_arithmetic():
 
 
 def test_project_sweep_paper_grid_and_parallel():
+    grid = bench.sweep_grid("paper")  # read from sweeps/paper.yaml as `make sweep` expands it
+    assert grid["jobs_in_file"] == sum(n for per in grid["jobs"].values() for n in per.values())
+    assert (grid["epochs"], grid["folds"], grid["pad_multiple"], grid["layers"]) == (10, 5, 8, (2, 3, 4, 5, 6))
+    assert set(bench.ENCODERS) <= set(grid["jobs"]) and grid["jobs"]["transformer"] == {n: 30 for n in range(2, 7)}
     speeds = {e: 1000.0 for e in bench.ENCODERS}
     p = bench.project_sweep(
-        speeds, {}, epochs=10, overhead_s=0.0, parallel_speedup={2: {e: 2.0 for e in speeds}, 4: {"transformer": 3.0}}
+        speeds,
+        {},
+        epochs=10,
+        overhead_s=0.0,
+        jobs=grid["jobs"],
+        parallel_speedup={2: {e: 2.0 for e in speeds}, 4: {"transformer": 3.0}},
     )
-    assert p["jobs"] == 600  # 4 encoders x 2 LN x 5 layer counts x 3 tokenizers x 5 folds
+    encoders = len(bench.ENCODERS)
+    assert p["jobs"] == encoders * 150  # x 2 LN x 5 layer counts x 3 tokenizers x 5 folds: 600 for the built-ins
     train = bench.YNAT_TRAIN_TITLES * 4 / 5
-    expected = sum(10 * train / 1000 * n / 3 for n in (2, 3, 4, 5, 6)) * 4 * 2 * 3 * 5
+    per_encoder = sum(10 * train / 1000 * n / 3 for n in (2, 3, 4, 5, 6)) * 2 * 3 * 5
+    expected = per_encoder * encoders
     assert p["sequential_s"] == pytest.approx(expected)
     assert p["parallel_s"][2] == pytest.approx(expected / 2)
     # Only transformer speeds up with 4 jobs; the other encoders are taken as 1x.
-    assert p["parallel_s"][4] == pytest.approx(expected / 4 / 3 + expected * 3 / 4)
+    assert p["parallel_s"][4] == pytest.approx(per_encoder / 3 + per_encoder * (encoders - 1))
 
 
 def test_project_sweep_overhead_overlaps_k_fold():
@@ -168,38 +177,34 @@ def test_project_sweep_overhead_overlaps_k_fold():
         overhead_s=10.0,
         n_titles=5,
         folds=5,
-        lns=1,
-        tokenizers=1,
-        layers=(3,),
+        jobs={"cnn": {3: 5}},
         parallel_speedup={4: {"cnn": 1.0}},
     )
     assert p["sequential_s"] == pytest.approx(50.0, rel=1e-6)
     assert p["parallel_s"][4] == pytest.approx(12.5, rel=1e-6)
 
 
-def test_grid_axis_forms():
-    assert bench.grid_axis("2,3,4") == ["2", "3", "4"]
-    assert bench.grid_axis("range(2,7)") == ["2", "3", "4", "5", "6"]
-    assert bench.grid_axis("range(0, 10, 5)") == ["0", "5"]
-    assert bench.grid_axis([1, 2]) == ["1", "2"]
-    assert bench.grid_axis("sentencepiece") == ["sentencepiece"]
-
-
-def test_paper_sweep_settings_reads_the_sweep_file(tmp_path):
-    from klue_tc.config import TrainerConfig
-
-    defaults = bench.paper_sweep_settings(tmp_path)  # no sweep file: the schema's defaults
-    assert defaults["epochs"] == TrainerConfig().max_epochs and defaults["pad_multiple"] == 1
+def test_sweep_grid_reads_the_sweep_file_as_hydra_expands_it(tmp_path):
     (tmp_path / "sweeps").mkdir()
+    (tmp_path / "conf").symlink_to(bench.REPO_ROOT / "conf")
+    (tmp_path / "sweeps" / "_base.yaml").write_text((bench.REPO_ROOT / "sweeps" / "_base.yaml").read_text())
     (tmp_path / "sweeps" / "paper.yaml").write_text(
-        "data:\n  pad_multiple: 8\n"
-        "hydra:\n  sweeper:\n    params:\n      encoder: transformer,cnn\n      encoder.layers: range(2,5)\n"
-        "      trainer.max_epochs: 12\n"
+        "defaults:\n  - _base\n  - _self_\nsweep: paper\ndata:\n  pad_multiple: 8\n"
+        "hydra:\n  sweeper:\n    params:\n      +experiment: glob(trans*,exclude=transformer_pre_ln)\n"
+        "      encoder.layers: range(2,5)\n      trainer.max_epochs: 12\n"
     )
-    settings = bench.paper_sweep_settings(tmp_path)
-    assert settings["epochs"] == 12 and settings["layers"] == (2, 3, 4) and settings["jobs_in_file"] == 6
-    assert settings["pad_multiple"] == 8
-    assert bench.paper_sweep_settings()["pad_multiple"] == 8  # the real paper grid: GPU batch widths
+    grid = bench.sweep_grid("paper", tmp_path)
+    assert grid["jobs"] == {e: {2: 1, 3: 1, 4: 1} for e in ("trans_blstm", "trans_blstm_parallel", "transformer")}
+    assert (grid["epochs"], grid["folds"], grid["pad_multiple"], grid["jobs_in_file"]) == (12, 5, 8, 9)
+    assert grid["experiments"] == {e: e for e in grid["jobs"]}
+
+
+def test_a_worker_trains_each_encoder_as_the_paper_sweeps_experiment_for_it(tmp_path):
+    from benchmarks.worker import run_overrides
+
+    b = bench.Bench(tmp_path, None, 1, 16, ["cnn"], None, 1, False, tmp_path, 300)
+    assert run_overrides(b.worker_spec("cnn", True, "cnn-bucketed"))[0] == "+experiment=cnn"
+    assert run_overrides(b.worker_spec("unswept", True, "unswept-bucketed"))[0] == "encoder=unswept"
 
 
 def test_fmt_helpers():
@@ -305,7 +310,8 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
     report = json.loads(out.with_suffix(".json").read_text())
     assert [r["encoder"] for r in report["results"]] == list(bench.ENCODERS)
     for r in report["results"]:
-        assert r["klue_tc"]["train_size"] == 40 and r["notebook"]["train_size"] == 40
+        for path in ("klue_tc", "notebook"):  # the 40 titles less the inner split that chooses the epoch
+            assert r[path]["train_size"] + r[path]["inner_size"] == 40 and r[path]["inner_size"] > 0
         assert r["klue_tc"]["samples_per_s"] > 0 and 0 <= r["klue_tc"]["f1"] <= 1
         assert r["notebook"]["max_len"] == r["klue_tc"]["max_len"]
         assert (r["reference"] is not None) == (reference.is_file() and r["encoder"] in bench.REFERENCE_ARCH)
@@ -377,13 +383,16 @@ def test_concurrent_throughput_spans_first_start_to_last_end():
 
 
 def test_gpu_projection_from_a_report(monkeypatch):
+    grid = {e: {n: 30 for n in range(2, 7)} for e in bench.ENCODERS}  # the paper grid's 150 per encoder
     monkeypatch.setattr(
         bench.projection,
-        "paper_sweep_settings",
-        lambda repo=bench.REPO_ROOT: {
+        "sweep_grid",
+        lambda name, repo=bench.REPO_ROOT: {
+            "jobs": grid,
             "epochs": 10,
+            "folds": 5,
             "layers": (2, 3, 4, 5, 6),
-            "jobs_in_file": 600,
+            "jobs_in_file": 150 * len(grid),
             "source": "sweeps/paper.yaml",
         },
     )
@@ -424,15 +433,16 @@ def test_gpu_projection_from_a_report(monkeypatch):
         {e: 30000.0 for e in bench.ENCODERS},
         epochs=10,
         overhead_s=12.0,
+        jobs=grid,
         parallel_speedup={2: {e: 1.75 for e in bench.ENCODERS}, 4: {e: 1.0 for e in bench.ENCODERS}},
     )
-    assert p["jobs"] == 600
+    assert p["jobs"] == 150 * len(grid)
     assert p["sequential_s"] == pytest.approx(expected["sequential_s"])
     assert p["parallel_s"][2] == pytest.approx(expected["parallel_s"][2])
     assert p["parallel_assumed_1x"] == ["k=4"] and p["best_parallel"] == 2  # a failed k is never "best"
     report["projection"] = p
     text = bench.render(report)
-    assert "Paper sweep projection (600 single-fold jobs, 10 epochs each" in text
+    assert f"Paper sweep projection ({150 * len(grid)} single-fold jobs, 10 epochs each" in text
     assert "2 jobs at once on one GPU (the best measured)" in text and "Not measured, assumed 1x: k=4" in text
     assert "| 2 | cnn, transformer | 14000 | 1.75x |" in text
     assert "torch.cuda.max_memory_allocated" in text

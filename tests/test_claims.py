@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_effects import cnn_lower, synthetic_folds
 
-from klue_tc.claims import INCONCLUSIVE, NO, REFUTED, REPRODUCED, YES, claims_markdown, judge_claims
+from klue_tc.report.claims import INCONCLUSIVE, NO, REFUTED, REPRODUCED, YES, claims_markdown, judge_claims
 
 EVIDENCE = re.compile(r"-?\d\.\d{4} \(95 % -?\d\.\d{4}\.\.-?\d\.\d{4}, \d+ cells\)")
 
@@ -92,7 +92,7 @@ def test_claims_markdown_has_a_section_per_metric_and_the_scale_caveat():
 def test_the_per_count_layer_intervals_are_family_wise():
     """Four layer counts against 2 are one question ("does any help?"): each interval is at
     1 - 0.05/4 and so wider than the plain 95 % interval of the same comparison."""
-    from klue_tc.effects import marginal_effects
+    from klue_tc.report.effects import marginal_effects
 
     folds = synthetic_folds(noise=0.02, seed=3)
     counts = {c.id: c for c in judge_claims(folds)}["vi.counts"]

@@ -1,4 +1,5 @@
 import json
+import unicodedata
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_json_records_are_named_by_their_position(tmp_path):
     [
         ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "line 4: unknown label '과학'"),
         ("label\ttext\n7\t손흥민 골\n", "line 2: unknown label '7'"),
-        ("label\ttext\n\n스포츠\t손흥민 골\n정치\t  \n", "line 4: empty title"),  # a blank line still counts
+        ("label\ttext\n정치\t  \n스포츠\t\u200b\n", "every title is empty"),
         ("label\ttext\n스포츠\t손흥민\t골\n", "line 2: 3 field(s), expected 2 (label, text); a title that holds a tab"),
         (
             "label\ttext\n스포츠 손흥민 골\n",
@@ -210,3 +211,75 @@ def test_offline_without_data_path_falls_back_to_the_bundled_copy_with_one_line(
     assert validation is None  # the validation split stays hub-only
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "bundled with klue_tc" in lines[0] and "data.validation_path=" in lines[1]
+
+
+def test_titles_are_read_in_one_unicode_form(tmp_path):
+    """Hangul typed on macOS arrives as decomposed jamo: the same headline, the same text and hash."""
+    rows = [("스포츠", "손흥민 결승골"), ("정치", "국회 본회의 개최")]
+    composed, decomposed = tmp_path / "nfc.tsv", tmp_path / "nfd.tsv"
+    composed.write_text("label\ttext\n" + "".join(f"{lab}\t{t}\n" for lab, t in rows), encoding="utf-8")
+    decomposed.write_text(
+        "label\ttext\n" + "".join(f"{lab}\t{unicodedata.normalize('NFD', t)} \ufeff\n" for lab, t in rows),
+        encoding="utf-8",
+    )
+    assert decomposed.read_bytes() != composed.read_bytes()
+    a, b = read_labelled_file(composed), read_labelled_file(decomposed)
+    assert b.texts == [t for _, t in rows] and a.fingerprint() == b.fingerprint()
+
+
+def headlines_file(rows=(("스포츠", "손흥민 결승골"), ("정치", "국회 본회의 개최"))) -> str:
+    return "label\ttext\n" + "".join(f"{label}\t{title}\n" for label, title in rows)
+
+
+@pytest.mark.parametrize("encoding", ["cp949", "euc-kr", "utf-16", "utf-8-sig", "utf-32"])
+def test_korean_windows_and_unicode_encodings_are_read(tmp_path, encoding, caplog):
+    path = tmp_path / f"{encoding}.tsv"
+    path.write_bytes(headlines_file().encode(encoding))  # Python's utf-16/32 write a BOM
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민 결승골", "국회 본회의 개최"]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == (
+        [f"{path}: not UTF-8; read as cp949 (EUC-KR, Korean Windows), whose Hangul it holds"]
+        if encoding in ("cp949", "euc-kr")
+        else []
+    )
+
+
+@pytest.mark.parametrize(
+    "payload, found, iconv",
+    [
+        (headlines_file().encode("utf-16-le"), "UTF-16LE without a BOM", "iconv -f utf-16le -t utf-8"),
+        (headlines_file().encode("utf-16-be"), "UTF-16BE without a BOM", "iconv -f utf-16be -t utf-8"),
+        ("label\ttext\n스포츠\tÇa va, Müller?\n".encode("latin-1", "replace"), "legacy encoding", "iconv -f ENCODING"),
+    ],
+)
+def test_an_unreadable_encoding_is_one_line_naming_it_and_the_conversion(tmp_path, payload, found, iconv):
+    path = tmp_path / "titles.tsv"
+    path.write_bytes(payload)
+    with pytest.raises(DataError) as err:
+        read_labelled_file(path)
+    line = str(err.value)
+    assert "\n" not in line and str(path) in line and found in line and iconv in line, line
+
+
+def test_empty_titles_are_dropped_and_counted_symbol_titles_kept(tmp_path, caplog):
+    path = tmp_path / "mixed.tsv"
+    path.write_text(
+        "label\ttext\n스포츠\t손흥민 골\n정치\t   \n정치\t\u3000\u200b\n스포츠\t⚽🔥\n정치\t?!...\n스포츠\t야구\n",
+        encoding="utf-8",
+    )
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민 골", "⚽🔥", "?!...", "야구"]
+    assert data.labels.tolist() == [5, 5, 6, 5]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [
+        f"{path}: 2 row(s) with an empty title (column 'text') dropped, first at line 3",
+        f"{path}: 2 title(s) hold no letter or digit (only emoji, punctuation or symbols), kept; first at line 5",
+    ]
+
+
+def test_a_bad_label_after_a_dropped_row_names_its_own_line(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("label\ttext\n정치\t \n과학\t반도체\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad.tsv: line 3: unknown label '과학'"):
+        read_labelled_file(path, label_names=LABEL_NAMES)

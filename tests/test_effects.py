@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from klue_tc.effects import marginal_effects, within_noise_of_best
+from klue_tc.report.effects import marginal_effects, within_noise_of_best
 
 HEADS = {"transformer": "cls", "trans_blstm": "blstm", "trans_blstm_parallel": "blstm", "cnn": "cls"}
 TOKENIZERS = ("sentencepiece", "mecab", "kobert")

@@ -7,8 +7,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from test_effects import cnn_lower, synthetic_folds
 
-from klue_tc.effects import marginal_effects
-from klue_tc.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap, row_labels
+from klue_tc.report.effects import marginal_effects
+from klue_tc.report.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap, row_labels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

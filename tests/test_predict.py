@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from klue_tc.data import LABEL_NAMES
-from klue_tc.predict import main, predict_titles
+from klue_tc.predict import fold_records, main, predict_titles
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = {
@@ -23,14 +24,7 @@ WORDS = {
 TITLES = ["축구 대표팀 감독 우승 소감", "반도체 데이터 센터 투자 발표", "국회 법안 처리 여야 합의"]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("predict")
-    rng = random.Random(0)
-    rows = ["title\tlabel"] + [
-        f"{' '.join(rng.sample(words, 3))} 발표\t{label}" for label, words in WORDS.items() for _ in range(20)
-    ]
-    (tmp / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+def tiny_job(tmp: Path, run: str) -> subprocess.CompletedProcess:
     overrides = [
         f"data.path={tmp / 'train.tsv'}",
         "cv.folds=2",
@@ -44,10 +38,10 @@ def run_dir(tmp_path_factory) -> Path:
         "head.hidden=32",
         "tokenizer.vocab_size=200",
         "data.batch_size=16",
-        f"hydra.run.dir={tmp / 'run'}",
+        f"hydra.run.dir={tmp / run}",
         f"results.dir={tmp / 'results'}",
     ]
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "klue_tc", *overrides],
         cwd=REPO,
         capture_output=True,
@@ -55,6 +49,17 @@ def run_dir(tmp_path_factory) -> Path:
         timeout=300,
         env={**os.environ, "KLUE_TC_CACHE": str(tmp / "cache")},
     )
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("predict")
+    rng = random.Random(0)
+    rows = ["title\tlabel"] + [
+        f"{' '.join(rng.sample(words, 3))} 발표\t{label}" for label, words in WORDS.items() for _ in range(20)
+    ]
+    (tmp / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    done = tiny_job(tmp, "run")
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp / "run"
 
@@ -118,16 +123,62 @@ def test_cli_subprocess_error_has_no_traceback(tmp_path: Path):
     assert "metrics.json" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_run_missing_one_fold_stops_unless_told_to_use_the_others(run_dir: Path, tmp_path: Path, capsys):
-    partial = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    partial["folds"][1]["checkpoint"] = str(tmp_path / "moved-away.ckpt")
-    (tmp_path / "partial").mkdir()
-    (tmp_path / "partial" / "metrics.json").write_text(json.dumps(partial), encoding="utf-8")
-    assert main([str(tmp_path / "partial"), "손흥민 결승골 폭발"]) == 2
+def test_a_copy_missing_one_fold_stops_unless_told_to_use_its_other_folds(run_dir: Path, tmp_path: Path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    (copy / "fold1" / "best.ckpt").unlink()
+    assert main([str(copy), "손흥민 결승골 폭발"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fold(s) 1 have no checkpoint" in err[0] and "--available-folds" in err[0]
-    assert main([str(tmp_path / "partial"), "손흥민 결승골 폭발", "--available-folds", "--json"]) == 0
+    assert main([str(copy), "손흥민 결승골 폭발", "--available-folds", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["label"] in LABEL_NAMES
+    # The copy reads its own files only, never the original run's.
+    records = fold_records(copy, available_only=True)
+    assert [r.fold for r in records] == [0]
+    assert all(
+        Path(p).resolve().is_relative_to(copy.resolve()) for p in (records[0].checkpoint, records[0].tokenizer_dir)
+    )
+
+
+def test_a_moved_run_predicts_and_its_metrics_name_paths_inside_it(run_dir: Path, tmp_path: Path, capsys):
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert [(f["checkpoint"], f["tokenizer_dir"]) for f in metrics["folds"]] == [
+        ("fold0/best.ckpt", "fold0/tokenizer"),
+        ("fold1/best.ckpt", "fold1/tokenizer"),
+    ]
+    shutil.copytree(run_dir, tmp_path / "before")
+    moved = (tmp_path / "before").rename(tmp_path / "after")
+    assert main([str(moved), TITLES[0], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in LABEL_NAMES
+    assert all(Path(r.checkpoint).is_relative_to(moved) for r in fold_records(moved))
+
+
+def test_an_older_metrics_file_with_absolute_paths_reads_the_files_of_the_run_it_lies_in(run_dir: Path, tmp_path):
+    copy = tmp_path / "old"
+    shutil.copytree(run_dir, copy)
+    metrics = json.loads((copy / "metrics.json").read_text(encoding="utf-8"))
+    for fold in metrics["folds"]:  # as earlier versions wrote them: the original run's absolute paths
+        fold["checkpoint"] = str(run_dir.resolve() / fold["checkpoint"])
+        fold["tokenizer_dir"] = str(run_dir.resolve() / fold["tokenizer_dir"])
+    (copy / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    assert [Path(r.checkpoint) for r in fold_records(copy)] == [copy / "fold0/best.ckpt", copy / "fold1/best.ckpt"]
+
+
+def test_the_store_keeps_its_models_so_a_rerun_after_moving_the_run_still_has_them(run_dir: Path):
+    tmp = run_dir.parent
+    moved = tmp / "moved-away"
+    shutil.copytree(run_dir, moved)
+    shutil.rmtree(run_dir / "fold1")  # the trained run's folder is gone from where it was trained
+    try:
+        done = tiny_job(tmp, "rerun")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "is gone" not in done.stdout + done.stderr
+        assert done.stdout.count("already finished") == 2
+        assert all((tmp / "rerun" / f"fold{k}" / "best.ckpt").is_file() for k in (0, 1))
+        assert len(fold_records(tmp / "rerun")) == 2
+    finally:
+        shutil.rmtree(run_dir / "fold1", ignore_errors=True)
+        shutil.copytree(moved / "fold1", run_dir / "fold1")
 
 
 def test_an_empty_titles_file_says_so(run_dir: Path, tmp_path: Path, capsys):
@@ -135,3 +186,41 @@ def test_an_empty_titles_file_says_so(run_dir: Path, tmp_path: Path, capsys):
     empty.write_text("\n \n", encoding="utf-8")
     assert main([str(run_dir), "--file", str(empty)]) == 2
     assert capsys.readouterr().err.strip() == f"error: {empty}: the file is empty (one headline a line expected)"
+
+
+def test_titles_are_normalised_and_korean_windows_text_is_read(run_dir: Path, tmp_path: Path, capsys):
+    """A macOS-typed (NFD) argument, one from a cp949 terminal, a cp949 file: one title, one prediction."""
+    import unicodedata
+
+    title = TITLES[0]
+    from_cp949_terminal = title.encode("cp949").decode("utf-8", "surrogateescape")  # how Python gets such argv
+    cp949_file = tmp_path / "titles-cp949.txt"
+    cp949_file.write_bytes(f"{title}\r\n".encode("cp949"))
+    argv = [str(run_dir), unicodedata.normalize("NFD", title), from_cp949_terminal, "--file", str(cp949_file)]
+
+    assert main([*argv, "--json"]) == 0
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["title"] for line in lines] == [title] * 3
+    assert len({(line["label"], line["probability"]) for line in lines}) == 1
+
+
+def test_an_empty_title_argument_says_it_cannot_be_classified(run_dir: Path, capsys):
+    assert main([str(run_dir), TITLES[0], " \u200b "]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "error: title 2 is empty (1 of 2 are): an empty title cannot be classified"
+    )
+
+
+def test_symbol_only_titles_are_predicted_with_one_line_counting_them(run_dir: Path, capsys, caplog):
+    assert main([str(run_dir), "⚽🔥", TITLES[1], "?!...", "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and said[0].startswith(
+        "2 title(s) hold no letter or digit (only emoji, punctuation or symbols"
+    )
+
+
+def test_an_argument_in_no_readable_encoding_is_one_line(run_dir: Path, capsys):
+    assert main([str(run_dir), b"\xff\xfe\xfa".decode("utf-8", "surrogateescape")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: title 1 is not UTF-8 text;")

@@ -13,7 +13,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from klue_tc.report import CSV_COLUMNS, TABLE_KEY, f1_tables, write_report
+from klue_tc.report.render import f1_tables
+from klue_tc.report.summary import CSV_COLUMNS
+from klue_tc.report.wandb_run import TABLE_KEY
+from klue_tc.report.write import write_report
 
 FOLDS = 3
 # (tokenizer, encoder, ln, layers) present in the synthetic sweep; mecab lacks some cells.
@@ -295,3 +298,96 @@ def test_records_from_two_machines_are_named_beside_the_seconds(tmp_path: Path):
     assert set(summary["device"]) == {"AMD EPYC + Intel Xeon"}
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "Trained on 2 machines (AMD EPYC: 2 folds, Intel Xeon: 2 folds;" in markdown
+
+
+def write_grid(directory: Path, cells, f1_of, val_size: int = 100, folds: int = FOLDS) -> None:
+    """One metrics.json per configuration (all its folds), `f1_of(cell, fold)` its fold F1s."""
+    for cell in cells:
+        write_metrics(
+            directory / "-".join(map(str, cell)),
+            metrics(*cell, [(k, f1_of(cell, k)) for k in range(folds)], val_size=val_size),
+        )
+
+
+def verdicts_section(markdown: str) -> str:
+    return markdown.split("## Verdicts")[1].split("\n## ")[0]
+
+
+def test_models_at_chance_get_no_verdicts_and_no_effects(tmp_path: Path):
+    """A smoke sweep's models at macro-F1 0.04-0.10 (a classifier ignoring the title scores about
+    1/7) learnt nothing: their differences are noise, so neither verdicts nor effects are given."""
+    cells = [("sentencepiece", enc, "post", n) for enc in ("transformer", "trans_blstm") for n in (2, 3)]
+    write_grid(tmp_path, cells, lambda cell, k: 0.04 + 0.02 * cells.index(cell) + 0.01 * k, val_size=250, folds=2)
+
+    write_report(tmp_path, baseline=False)
+
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    verdicts = verdicts_section(markdown)
+    assert "No verdicts:" in verdicts and "do not beat chance" in verdicts
+    assert "reproduced" not in verdicts and "(vi) yes" not in verdicts
+    assert len([line for line in verdicts.splitlines() if line.strip()]) == 1  # one line says why
+    assert "No marginal effects:" in markdown and "do not beat chance" in markdown.split("No marginal effects:")[1]
+    claims = (tmp_path / "claims.md").read_text(encoding="utf-8")
+    assert "**reproduced**" not in claims and "**yes**" not in claims and "## Not judged" in claims
+    assert not (tmp_path / "effects.png").exists() and "effects.png" not in markdown
+    assert pd.read_csv(tmp_path / "effects.csv").empty
+
+
+def test_a_question_is_judged_only_where_the_grid_has_its_cells(tmp_path: Path):
+    """Two encoders at 2 and 3 layers, post-LN, one tokenizer, models that learnt: only (vi) (more
+    layers) has the cells it needs; the others say what they need in one line."""
+    cells = [("sentencepiece", enc, "post", n) for enc in ("transformer", "trans_blstm") for n in (2, 3)]
+    write_grid(tmp_path, cells, lambda cell, k: 0.7 + 0.01 * cell[3] + 0.002 * k + 0.001 * cells.index(cell))
+
+    write_report(tmp_path, baseline=False)
+
+    verdicts = verdicts_section((tmp_path / "report.md").read_text(encoding="utf-8"))
+    judged = next(line for line in verdicts.splitlines() if line.startswith("- CV macro-F1:"))
+    assert "(vi)" in judged and "(ii)" not in judged and "(i)" not in judged and "(iv)" not in judged
+    not_judged = next(line for line in verdicts.splitlines() if line.startswith("- not judged:"))
+    assert "(ii) needs the study's encoders" in not_judged
+    assert "(iii) needs a TRANS-BLSTM at 2-4 and at 5-6 layers" in not_judged
+    assert "(iv) needs post- and pre-LN" in not_judged and "(v) needs two tokenizers" in not_judged
+    claims = (tmp_path / "claims.md").read_text(encoding="utf-8")
+    assert "(ii) TRANS-BLSTM is the highest" not in claims and "(vi) Do more layers help" in claims
+
+
+def test_every_plot_the_report_names_exists(tmp_path: Path):
+    """A single run (one configuration) has no effects to draw: the report names only what it wrote."""
+    write_metrics(tmp_path / "run", metrics("sentencepiece", "transformer", "post", 2, [(0, 0.7), (1, 0.72)]))
+
+    write_report(tmp_path, baseline=False)
+
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    named = next(line for line in markdown.splitlines() if line.startswith("Plots: ")).removeprefix("Plots: ")
+    assert named.split(", ") == ["f1_by_layers.png", "grid_heatmap.png"]
+    assert all((tmp_path / name).is_file() for name in named.split(", "))
+    assert "No marginal effects: the records vary no factor" in markdown
+
+
+def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
+    """Optuna's trials share one table cell (they differ in settings the table does not show): the
+    cell shows the trial optimization_results.yaml names best, and the report says so."""
+    from klue_tc.records import RunResult
+    from klue_tc.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    trials = {"a": (0.0001, 0.0443), "b": (0.0030, 0.0513), "c": (0.0010, 0.0400)}  # key: (lr, CV F1 mean)
+    for key, (lr, f1) in trials.items():
+        run = RunResult.from_dict(metrics("sentencepiece", "transformer", "post", 2, [(0, f1), (1, f1)], key=key))
+        for record in run.folds:
+            record.describe, record.config_hash = run.describe, key
+            store.put(
+                key, record.fold, record, {"optim": {"lr": lr}, "data": {"limit": 300}, "cv": {"folds": 2, "seed": 42}}
+            )
+    (tmp_path / "optimization_results.yaml").write_text(
+        "name: optuna\nbest_params:\n  optim.lr: 0.003\nbest_value: 0.0513\n", encoding="utf-8"
+    )
+
+    summary = write_report(tmp_path, baseline=False)
+
+    assert summary["config_hash"].tolist() == ["b"]
+    assert summary["f1_mean"].iloc[0] == pytest.approx(0.0513)
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "3 configurations share a table cell" in markdown
+    assert "the trial Optuna named best (optimization_results.yaml: best value 0.0513)" in markdown

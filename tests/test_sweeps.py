@@ -19,42 +19,25 @@ from typing import Optional
 import pandas as pd
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import REPO
-from klue_tc.config import register_schemas, validate
+from conftest import EXPERIMENTS, REPO
+from klue_tc.config import validate
 from klue_tc.fingerprint import code_version
 from klue_tc.preflight import check_inputs
 from klue_tc.records import FoldResult
 from klue_tc.results import ResultsStore, config_hash
 from klue_tc.run import results_key
+from klue_tc.sweeps import compose_sweep, sweep_jobs
 
 SWEEPS = REPO / "sweeps"
+PAPER_EXPERIMENTS = [e for e in EXPERIMENTS if e != "transformer_pre_ln"]  # encoder.ln is an axis there
 SMOKE_JOBS = 8  # sweeps/smoke.yaml: 2 experiments x 2 layer counts x 2 folds
 TRAINED = "epoch 1/1: val macro-F1"  # one line per trained fold (one epoch in the smoke sweep)
 SKIPPED = "already finished"
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def compose_sweep(name: str, overrides: list[str] = (), hydra_config: bool = False):
-    """A sweep file composed the way `--config-dir sweeps --config-name NAME` composes it."""
-    register_schemas()
-    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
-        return compose(
-            name, overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", *overrides], return_hydra_config=hydra_config
-        )
-
-
-def sweep_jobs(name: str, overrides: list[str] = ()) -> list[list[str]]:
-    """The jobs the basic sweeper launches for a sweep file: one override list per job."""
-    params = compose_sweep(name, overrides, hydra_config=True).hydra.sweeper.params
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
 
 def sweep_command(name: str, sweep_dir: Path, data: Path, *args: str, limit: Optional[str] = "null") -> list[str]:
@@ -117,14 +100,15 @@ def assert_report(sweep_dir: Path, configs: int = 4, folds: int = 2) -> pd.DataF
 
 def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
     jobs = sweep_jobs("paper")
-    assert len(jobs) == 4 * 2 * 5 * 3 * 5 == 600
-    assert len({tuple(job) for job in jobs}) == 600
+    assert len(jobs) == len(PAPER_EXPERIMENTS) * 2 * 5 * 3 * 5  # the built-in 4 experiments: 600
+    assert len({tuple(job) for job in jobs}) == len(jobs)
     axes = {
         key: sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith(key + "=")})
         for key in ("+experiment", "encoder.ln", "encoder.layers", "tokenizer", "cv.fold")
     }
+    assert {"cnn", "trans_blstm", "trans_blstm_parallel", "transformer"} <= set(axes["+experiment"])
     assert axes == {
-        "+experiment": ["cnn", "trans_blstm", "trans_blstm_parallel", "transformer"],
+        "+experiment": PAPER_EXPERIMENTS,
         "encoder.ln": ["post", "pre"],
         "encoder.layers": ["2", "3", "4", "5", "6"],
         "tokenizer": ["kobert", "mecab", "sentencepiece"],
@@ -145,21 +129,15 @@ def test_paper_grid_is_600_jobs_of_one_configuration_and_one_fold():
         assert run.head.name == ("blstm" if run.encoder.name.startswith("trans_blstm") else "cls")
         assert f"encoder.ln={run.encoder.ln.value}" in job and f"+experiment={run.experiment}" in job
         keys[config_hash(run, "data", "32-true")] = job
-    assert len(keys) == 8
+    assert len(keys) == 2 * len(PAPER_EXPERIMENTS)
     other_fold = validate(compose_sweep("paper", [*jobs[0][:-1], "cv.fold=4"]))
     assert config_hash(other_fold, "data", "32-true") in keys
 
 
-def test_full_training_sweep_is_the_five_experiments_on_the_regularized_recipe():
+def test_full_training_sweep_is_every_experiment_on_the_regularized_recipe():
     jobs = sweep_jobs("full")
     runs = [validate(compose_sweep("full", job)) for job in jobs]
-    assert [r.experiment for r in runs] == [
-        "transformer",
-        "transformer_pre_ln",
-        "trans_blstm",
-        "trans_blstm_parallel",
-        "cnn",
-    ]
+    assert [r.experiment for r in runs] == EXPERIMENTS
     assert {
         (
             r.trainer.max_epochs,
@@ -171,8 +149,14 @@ def test_full_training_sweep_is_the_five_experiments_on_the_regularized_recipe()
         )
         for r in runs
     } == {(10, 0, 0.6, 0.2, 0.5, 1)}
-    assert [r.encoder.ln.value for r in runs] == ["post", "pre", "post", "post", "post"]
-    assert [r.head.name for r in runs] == ["cls", "cls", "blstm", "blstm", "cls"]
+    built_ins = {
+        "transformer": ("post", "cls"),
+        "transformer_pre_ln": ("pre", "cls"),
+        "trans_blstm": ("post", "blstm"),
+        "trans_blstm_parallel": ("post", "blstm"),
+        "cnn": ("post", "cls"),
+    }
+    assert {r.experiment: (r.encoder.ln.value, r.head.name) for r in runs if r.experiment in built_ins} == built_ins
 
 
 def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
@@ -253,11 +237,13 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
     if launcher == "basic":
         assert done.stdout.count(TRAINED) == SMOKE_JOBS
     if logger == "logger=wandb":
-        # One offline W&B run per job, all in the sweep's group, and the report's run beside them.
+        # One offline W&B run per job in its configuration's group (the sweep's name first), and
+        # beside the report's run one aggregate run per configuration (2 folds each).
         job_runs = sorted(sweep_dir.glob("*/*/fold*/wandb/offline-run-*/*.wandb"))
-        assert len(job_runs) == SMOKE_JOBS and all(b"smoke" in p.read_bytes() for p in job_runs)
-        report_runs = list(sweep_dir.glob("wandb/offline-run-*"))
-        assert len(report_runs) == 1 and list(report_runs[0].rglob("f1_table*.table.json"))
+        assert len(job_runs) == SMOKE_JOBS and all(b"smoke-" in p.read_bytes() for p in job_runs)
+        sweep_runs = list(sweep_dir.glob("wandb/offline-run-*"))
+        report_runs = [r for r in sweep_runs if list(r.rglob("f1_table*.table.json"))]
+        assert len(report_runs) == 1 and len(sweep_runs) == 1 + SMOKE_JOBS // 2
 
 
 @pytest.mark.slow
@@ -359,8 +345,9 @@ def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv
 
 def test_study_grid_is_the_120_paper_configurations_on_3_folds_of_10000_titles():
     jobs = sweep_jobs("study")
-    assert len(jobs) == 120 * 3 and len({tuple(job) for job in jobs}) == 360
+    configurations = len(PAPER_EXPERIMENTS) * 2 * 5 * 3  # the built-in 4 experiments: 120
+    assert len(jobs) == configurations * 3 and len({tuple(job) for job in jobs}) == len(jobs)
     run = validate(compose_sweep("study", jobs[-1]))
     assert (run.data.limit, run.cv.folds, run.trainer.max_epochs, run.sweep) == (10_000, 3, 6, "study")
     configs = {tuple(o for o in job if not o.startswith("cv.fold=")) for job in jobs}
-    assert len(configs) == 120
+    assert len(configs) == configurations

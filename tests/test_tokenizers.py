@@ -125,3 +125,20 @@ def test_sampled_segmentations_vary_by_seed_and_keep_the_text():
 def test_sampling_leaves_the_tokenizer_cache_key_alone():
     plain, sampled = config(), config(sampling_alpha=0.2)
     assert tokenizer_cache.tokenizer_key(plain, "data") == tokenizer_cache.tokenizer_key(sampled, "data")
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "mecab"])
+def test_a_headline_typed_on_macos_gets_the_same_ids(kind):
+    """Decomposed Hangul jamo (NFD, as macOS gives it) and composed syllables are one title."""
+    import unicodedata
+
+    tok = fitted(kind)
+    composed = TRAIN[:10] + ["女 배구 결승"]
+    assert tok.encode([unicodedata.normalize("NFD", t) for t in composed]) == tok.encode(composed)
+    assert tok.encode(["女 배구 결승"]) == tok.encode(["\uf981 배구 결승"])  # a KS X 1001 duplicate Hanja
+
+
+def test_the_text_normalisation_is_part_of_the_tokenizer_cache_key(monkeypatch):
+    key = tokenizer_cache.tokenizer_key(config(), "data")
+    monkeypatch.setattr(tokenizer_cache, "TEXT_NORMALISATION", "NFKC")
+    assert tokenizer_cache.tokenizer_key(config(), "data") != key

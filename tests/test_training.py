@@ -185,13 +185,14 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
     module = FoldDataModule(
         EncodedSplit(plain, labels, resample),
         EncodedSplit(plain, labels),
+        EncodedSplit(plain, labels),
         DataConfig(batch_size=len(texts)),
         tok.specials.pad,
         seed=0,
     )
 
     class Clock:  # what the datamodule reads from its trainer
-        current_epoch = 0
+        current_epoch, global_rank, world_size = 0, 0, 1
 
     module.trainer = Clock()
     ids = []

@@ -1,5 +1,5 @@
 """A run a user can trust: fail fast, never serve stale results, self-contained run directories,
-files a team can read, and a new encoder in one module and one YAML."""
+files a team can read (a new encoder in one module and one YAML: test_variants.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli, run_in_process
 from klue_tc import fingerprint
 from klue_tc.records import CodeVersion
-
-PLUGINS = Path(__file__).parent / "plugins"
 
 
 def tiny_job(tmp_path: Path, data: Path, *extra: str) -> list[str]:
@@ -69,10 +67,10 @@ def test_the_fingerprint_covers_the_training_code_and_nothing_else(package_copy:
         "datamodule.py",
         "config.py",
     } <= names
-    assert not names & {"report.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
+    assert not names & {"write.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
 
     before = fingerprint_of(package_copy)
-    edit(package_copy / "report.py", "def fold_frame", "def fold_frame_renamed")
+    edit(package_copy / "report" / "loading.py", "def fold_frame", "def fold_frame_renamed")
     edit(package_copy / "models" / "blocks.py", '"""Sub-layers of the encoder', '"""The sub-layers of the encoder')
     edit(package_copy / "models" / "blocks.py", "# On CPU, SDPA's", "#   On CPU, SDPA's")
     assert fingerprint_of(package_copy) == before  # the report, a docstring and a comment: the same numbers
@@ -207,34 +205,6 @@ def test_progress_lines_count_from_one_and_the_end_names_the_run_directory(tmp_p
     assert "TPU available" not in out and "litlogger" not in out  # Lightning's notices, once printed twice
     lines = done.stdout.strip().splitlines()
     assert lines[-2] == f"run directory: {run_dir}"
-
-
-# --- a new encoder: one module and one YAML ------------------------------------------------------------
-
-
-def test_a_registered_toy_encoder_trains_through_the_normal_entry_point(tmp_path, tiny_tsv):
-    sys.path.insert(0, str(PLUGINS.parent))
-    try:
-        import plugins.toy_encoder  # noqa: F401  (registers "toy")
-    finally:
-        sys.path.pop(0)
-    from klue_tc.registry import ENCODERS
-    from klue_tc.report import study_order
-
-    assert "toy" in ENCODERS.names() and "toy" in study_order()
-    run_dir = tmp_path / "run"
-    run_in_process(
-        [
-            "+experiment=toy",
-            f"hydra.searchpath=[file://{PLUGINS / 'conf'}]",
-            "encoder.toy_width=8",
-            *tiny_job(tmp_path, tiny_tsv, "cv.fold=0")[1:],
-        ],
-        run_dir,
-    )
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["encoder"] == "toy" and 0.0 <= metrics["cv_f1_mean"] <= 1.0
-    assert "toy_width: 8" in (run_dir / "config.yaml").read_text()
 
 
 def test_a_key_of_another_variant_is_one_line_naming_who_has_it(tmp_path):

@@ -8,7 +8,8 @@ from hydra.core.config_store import ConfigStore
 class ParallelLauncherConf:
     _target_: str = "hydra_plugins.klue_tc_launcher.parallel_launcher.ParallelLauncher"
     n_jobs: int = 2  # workers on a machine without a GPU; -1: one per core
-    gpus: Optional[list[str]] = None  # CUDA_VISIBLE_DEVICES entries; null: the visible GPUs; []: CPU workers
+    # CUDA_VISIBLE_DEVICES entries, e.g. [0,2]; null: CUDA_VISIBLE_DEVICES if set, else nvidia-smi -L; []: CPU workers
+    gpus: Optional[list[str]] = None
     jobs_per_gpu: int = 1  # workers (jobs at once) on each GPU
 
 

@@ -8,13 +8,16 @@ sweepers, the callbacks and the job folders are the same as with any other launc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -24,6 +27,9 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+
+from klue_tc.errors import KlueTcError
+from klue_tc.interrupts import JobInterrupted
 
 from ._workers import describe, execute_job, pin_worker, plural, visible_gpus, worker_slots
 
@@ -76,11 +82,83 @@ class ParallelLauncher(Launcher):
             }
             progress = SweepProgress(len(futures))
             returns: dict[int, JobReturn] = {}
-            for future in as_completed(futures):
-                pickled, seconds = future.result()
-                returns[futures[future]] = ret = pickle.loads(pickled)
-                log.info(progress.line(futures[future], seconds, found_finished(ret)))
-            return [returns[idx] for idx in sorted(returns)]
+            failed: dict[int, str] = {}
+            with stop_on_signal(pool, futures) as stop:
+                for future in as_completed(futures):
+                    idx = futures[future]
+                    try:
+                        pickled, seconds = future.result()
+                        returns[idx] = ret = pickle.loads(pickled)
+                    except (JobInterrupted, BrokenProcessPool, CancelledError) as err:
+                        failed[idx] = why_failed(err)
+                        returns[idx] = ret = failed_return(job_overrides[idx - initial_job_idx], idx, failed[idx])
+                        seconds = 0.0
+                    did_fail = idx in failed or ret.status == JobStatus.FAILED
+                    log.info(progress.line(idx, seconds, False if did_fail else found_finished(ret), did_fail))
+        if failed:
+            log.error(failure_summary(failed, len(futures)))
+        if stop.signum is not None:
+            raise JobInterrupted(stop.signum, f"with {len(futures) - len(failed)} of {len(futures)} jobs finished")
+        return [returns[idx] for idx in sorted(returns)]
+
+
+class SweepJobFailed(KlueTcError):
+    """A job of the sweep did not finish (interrupted, or its worker died); the next run of the
+    same command runs it again."""
+
+
+def why_failed(err: BaseException) -> str:
+    if isinstance(err, JobInterrupted):
+        return err.line().split("; resume with")[0]
+    if isinstance(err, CancelledError):
+        return "not started: the sweep was stopped"
+    return "its worker process died (killed?); its fold resumes from its last saved state"
+
+
+def failed_return(overrides: Sequence[str], idx: int, why: str) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+    ret.return_value = SweepJobFailed(
+        f"sweep job #{idx} ({' '.join(filter_overrides(overrides))}) failed: {why}; "
+        "run the same command again to run it"
+    )
+    return ret
+
+
+def failure_summary(failed: dict[int, str], jobs: int) -> str:
+    listed = "; ".join(f"#{idx}: {why}" for idx, why in sorted(failed.items()))
+    return f"sweep: {len(failed)} of {jobs} jobs failed ({listed}); the same command runs them again"
+
+
+class _Stop:
+    signum: Optional[int] = None
+
+
+@contextlib.contextmanager
+def stop_on_signal(pool: ProcessPoolExecutor, futures: dict[Future, int]):
+    """SIGTERM or Ctrl-C to the launcher: no job starts any more, each running worker is sent the
+    signal (it saves its fold's state at the next step and reports back), and the sweep ends once
+    they have. A worker that got the same signal from the terminal counts the two as one."""
+    stop = _Stop()
+
+    def handle(signum, frame) -> None:
+        if stop.signum is None:
+            name = signal.Signals(signum).name
+            log.warning("sweep: %s received: waiting for the running jobs to save their state", name)
+        stop.signum = signum
+        for future in futures:
+            future.cancel()  # only the ones no worker has taken
+        for process in list(getattr(pool, "_processes", {}).values()):
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, handle)
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def found_finished(ret: JobReturn) -> Optional[bool]:
@@ -111,7 +189,9 @@ class SweepProgress:
         self.jobs, self.done, self.quick, self.clock = jobs, 0, 0, clock
         self.started = clock()
 
-    def line(self, job_number: int, job_seconds: float, found_finished: Optional[bool] = None) -> str:
+    def line(
+        self, job_number: int, job_seconds: float, found_finished: Optional[bool] = None, failed: bool = False
+    ) -> str:
         self.done += 1
         self.quick += job_seconds < self.found_finished_s if found_finished is None else found_finished
         elapsed = self.clock() - self.started
@@ -121,7 +201,8 @@ class SweepProgress:
             eta = "ETA after the first job that trains"
         else:
             eta = f"ETA {_hms(elapsed / (worked or self.done) * (self.jobs - self.done))} at the pace so far"
-        return f"sweep: job #{job_number} ended, {self.done}/{self.jobs} done{quick} | elapsed {_hms(elapsed)}, {eta}"
+        ended = "FAILED" if failed else "ended"
+        return f"sweep: job #{job_number} {ended}, {self.done}/{self.jobs} done{quick} | elapsed {_hms(elapsed)}, {eta}"
 
 
 def _hms(seconds: float) -> str:

@@ -21,6 +21,19 @@ from klue_tc.config import FFNActivation
 _CPU_ATTENTION = [SDPBackend.MATH]
 
 
+class Sublayer(nn.Module):
+    """What a block runs after attention, behind a residual and a LayerNorm: `forward(x, padding)`
+    returns x's shape and leaves real tokens unchanged when pads are appended."""
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def output_layers(self) -> list[nn.Linear]:
+        """The linear layers that end the branch; they start at zero (encoder.zero_init_residual)
+        so that each block begins by passing its input on. Default: the last nn.Linear inside."""
+        return [m for m in self.modules() if isinstance(m, nn.Linear)][-1:]
+
+
 def alibi_slopes(heads: int) -> torch.Tensor:
     """ALiBi's per-head slopes (Press et al. 2022): a geometric series from 2^(-8/heads) to 2^-8."""
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)])
@@ -41,7 +54,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat([-second, first], dim=-1) * sin
 
 
-class SelfAttention(nn.Module):
+class SelfAttention(Sublayer):
     """Multi-head self-attention through torch's fused `scaled_dot_product_attention`.
 
     `dropout` acts on the attention probabilities; the original study had none (0.0). With
@@ -93,7 +106,7 @@ class SwiGLU(nn.Module):
         return value * F.silu(gate)
 
 
-class FeedForward(nn.Module):
+class FeedForward(Sublayer):
     """Linear-ReLU-Linear, as in the original (no dropout inside: the residual's dropout follows);
     or with GELU; or SwiGLU, whose gated hidden layer is 2/3 of `ffn_dim` wide so that its three
     matrices hold as many weights as the two of the others."""
@@ -153,7 +166,7 @@ def _bidirectional_by_reversal(lstm: nn.LSTM, x: torch.Tensor, padding: torch.Te
     return out, h_n
 
 
-class BLSTMSublayer(nn.Module):
+class BLSTMSublayer(Sublayer):
     """TRANS-BLSTM's BLSTM: hidden d per direction, 2d out, projected back to d."""
 
     def __init__(self, d_model: int):
@@ -169,7 +182,7 @@ class BLSTMSublayer(nn.Module):
         return [self.proj]
 
 
-class FFNWithBLSTM(nn.Module):
+class FFNWithBLSTM(Sublayer):
     """The paper's TRANS-BLSTM: BLSTM output added beside the FFN output, one residual."""
 
     def __init__(self, d_model: int, ffn_dim: int, activation: FFNActivation = FFNActivation.relu):
@@ -184,7 +197,7 @@ class FFNWithBLSTM(nn.Module):
         return self.ffn.output_layers() + self.blstm.output_layers()
 
 
-class ConvSublayer(nn.Module):
+class ConvSublayer(Sublayer):
     """Conv1d (same padding) over the sequence; pads are zeroed first so they add nothing."""
 
     def __init__(self, d_model: int, channels: int, kernel: int, dropout: float):

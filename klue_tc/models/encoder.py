@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 from torch import nn
 
 from klue_tc.config import EncoderConfig, LayerNormPlacement, PositionKind
+from klue_tc.errors import ConfigError
 from klue_tc.models.blocks import Residual, SelfAttention
-from klue_tc.registry import ENCODERS
+from klue_tc.registry import ENCODERS, Variant
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -50,6 +52,34 @@ class Embeddings(nn.Module):
         if self.add_positions:
             x = x + self.positions[: input_ids.size(1)] * self.position_gain
         return self.drop(x)
+
+
+def check_encoder_variant(variant: Variant) -> None:
+    """An encoder variant, built once at its defaults (on the meta device: no memory, no random
+    numbers drawn), must give sub-layers that take (x, padding) and name their output layers
+    (klue_tc.models.blocks.Sublayer gives a default); otherwise one line says what is missing."""
+    where = f"encoder {variant.name!r} ({variant.build.__module__})"
+    if not (isinstance(variant.config, type) and issubclass(variant.config, EncoderConfig)):
+        raise ConfigError(f"{where}: its config {variant.config!r} must be a dataclass extending EncoderConfig")
+    try:
+        with torch.device("meta"):
+            sublayers = variant.build(variant.config(name=variant.name))
+    except Exception as err:  # a variant's own bug, named in one line with what it raised
+        raise ConfigError(f"{where}: building it at its config's defaults failed: {err!r}") from None
+    if not isinstance(sublayers, (list, tuple)) or not sublayers:
+        raise ConfigError(f"{where}: must return a non-empty list of sub-layers, got {sublayers!r}")
+    for sublayer in sublayers:
+        kind = type(sublayer).__name__
+        if not isinstance(sublayer, nn.Module):
+            raise ConfigError(f"{where}: sub-layer {kind} is not a torch.nn.Module")
+        if not callable(getattr(sublayer, "output_layers", None)):
+            raise ConfigError(
+                f"{where}: sub-layer {kind} lacks output_layers(); subclass klue_tc.models.blocks.Sublayer"
+            )
+        try:
+            inspect.signature(sublayer.forward).bind("x", "padding")
+        except TypeError:
+            raise ConfigError(f"{where}: sub-layer {kind}.forward must take (x, padding)") from None
 
 
 class EncoderBlock(nn.Module):

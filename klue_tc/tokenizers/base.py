@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from klue_tc.config import TokenizerConfig, keyed_settings
+from klue_tc.data import normalise_title
 from klue_tc.registry import TOKENIZERS
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -63,7 +64,7 @@ class Tokenizer(ABC):
     def _save_model(self, directory: Path) -> dict: ...
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._frame(self._piece_ids(texts))
+        return self._frame(self._piece_ids(normalised(texts)))
 
     def encode_sampled(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
         """`encode` with a sampled segmentation per title (subword regularization, Kudo 2018)."""
@@ -82,8 +83,13 @@ class Tokenizer(ABC):
         return directory
 
 
+def normalised(texts: Sequence[str]) -> list[str]:
+    """Titles in the one Unicode form training read them in, whoever passes them (predict, evaluate)."""
+    return [normalise_title(text) for text in texts]
+
+
 def fit_tokenizer(cfg: TokenizerConfig, train_texts: Sequence[str]) -> Tokenizer:
-    return TOKENIZERS[cfg.name].build.fit(cfg, train_texts)
+    return TOKENIZERS[cfg.name].build.fit(cfg, normalised(train_texts))
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:

@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from klue_tc.config import TokenizerConfig
-from klue_tc.files import atomic_write
+from klue_tc.data import TEXT_NORMALISATION
+from klue_tc.files import atomic_write, disk_full_error, is_disk_full, make_dirs, share_tree
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
 
@@ -22,8 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def tokenizer_key(cfg: TokenizerConfig, train_fingerprint: str) -> str:
+    """The fitted tokenizer's and its encodings' cache key: its settings, its training titles and
+    the Unicode form titles are brought to before tokenising (a change of it changes every id)."""
     settings = TOKENIZERS[cfg.name].build.fit_settings(cfg, train_fingerprint)
-    return hashlib.sha1(json.dumps({**settings, "name": cfg.name}, sort_keys=True).encode()).hexdigest()[:16]
+    payload = {**settings, "name": cfg.name, "normalisation": TEXT_NORMALISATION}
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class TokenizerCache:
@@ -57,15 +61,23 @@ class TokenizerCache:
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
                 log.warning("cached encoding %s is damaged (%s); encoding again", path, type(err).__name__)
         encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets), suffix=".npz")
         return encoded
 
 
 def _atomic_dir_write(directory: Path, writer) -> None:
-    """Write into a temporary sibling then rename, so parallel jobs never see half a tokenizer."""
+    """Write into a temporary sibling then rename, so parallel jobs never see half a tokenizer; a
+    failed write (a full disk: one DiskFullError line) leaves no half of it behind."""
     tmp = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}.tmp")
-    writer(tmp)
+    try:
+        make_dirs(directory.parent)
+        writer(tmp)
+        share_tree(tmp)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(err):
+            raise disk_full_error(directory) from None
+        raise
     try:
         tmp.rename(directory)
     except OSError:  # another job finished the same tokenizer first

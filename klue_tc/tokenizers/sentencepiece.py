@@ -12,7 +12,7 @@ import sentencepiece as spm
 from klue_tc.config import TokenizerConfig, at_least, one_of, share
 from klue_tc.errors import ConfigError
 from klue_tc.registry import TOKENIZERS
-from klue_tc.tokenizers.base import SPECIALS, SpecialIds, Tokenizer
+from klue_tc.tokenizers.base import SPECIALS, SpecialIds, Tokenizer, normalised
 
 
 @dataclass
@@ -61,7 +61,7 @@ class SentencePieceModel(Tokenizer):
         # One thread: SentencePiece seeds each worker thread alike, so with several the sample a
         # title gets depends on which thread takes it.
         return self._frame(
-            self.processor.encode(list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+            self.processor.encode(normalised(texts), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
         )
 
     def _save_model(self, directory):

@@ -2,7 +2,7 @@
 
 Claims (i)-(iii) are the original study's and get "reproduced", "refuted" or "inconclusive";
 questions (iv)-(vi) are the reader's and get "yes", "no" or "inconclusive". Every number is a
-paired difference from klue_tc.effects (cells matched on the other factors and the fold, a
+paired difference from klue_tc.report.effects (cells matched on the other factors and the fold, a
 bootstrap over cells); a verdict needs the whole 95 % interval on one side of its threshold.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from klue_tc.effects import (
+from klue_tc.report.effects import (
     CONFIDENCE,
     REFERENCES,
     Effect,
@@ -240,7 +240,10 @@ def judge_claims(folds: pd.DataFrame, metric: str = "f1") -> list[Claim]:
     ]
 
 
-def claims_markdown(claims_by_metric: Mapping[str, Sequence[Claim]], resamples: int = 2000) -> str:
+def claims_markdown(
+    claims_by_metric: Mapping[str, Sequence[Claim]], not_judged: Sequence[str] = (), resamples: int = 2000
+) -> str:
+    """The judged claims per metric, then one line per question the records cannot judge and why."""
     lines = [
         "# The original study's claims, judged from the records",
         "",
@@ -253,7 +256,11 @@ def claims_markdown(claims_by_metric: Mapping[str, Sequence[Claim]], resamples: 
         "",
     ]
     for metric, claims in claims_by_metric.items():
+        if not claims:
+            continue
         lines += [f"## {METRIC_TITLES.get(metric, metric)} (`{metric}`)", ""]
         lines += [f"{'  ' if '.' in c.id else ''}- **{c.verdict}**: {c.statement} {c.evidence}" for c in claims]
         lines.append("")
+    if not_judged:
+        lines += ["## Not judged", "", *[f"- {why}" for why in not_judged], ""]
     return "\n".join(lines)

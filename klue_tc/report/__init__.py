@@ -1,0 +1,22 @@
+"""The report of a run or sweep: its records read, summarised with their noise, judged, drawn and written.
+
+    python -m klue_tc.report outputs/sweeps/study [--wandb]
+
+Modules, one job each: loading (records and run settings in), summary (one row per configuration,
+the grid's gaps, the baseline), effects and claims (paired statistics and verdicts), evidence (what
+the records can answer), render (Markdown, CSV and the terminal's tables), plots, wandb_run (the
+report as one W&B run), write (all of it into a folder), cli, and sweep_callback (Hydra's hook).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so Hydra's import of the sweep callback does not load pandas and scipy on every run.
+    if name == "write_report":
+        from klue_tc.report.write import write_report
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from klue_tc.report.cli import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""The F1 comparison table of a sweep (or any folder of runs), with its noise and the study's verdicts.
+
+python -m klue_tc.report outputs/sweeps/study [--wandb]
+python -m klue_tc.report docs/study              # the committed study, from its records alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+from klue_tc.config import WandbConfig
+from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    defaults = WandbConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m klue_tc.report",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("directory", type=Path, help="a sweep or run directory (searched for metrics.json)")
+    parser.add_argument("--wandb", action="store_true", help="also log the report as one W&B run")
+    parser.add_argument("--project", default=defaults.project, help=f"W&B project (default: {defaults.project})")
+    parser.add_argument(
+        "--mode", default=defaults.mode, choices=["offline", "online"], help=f"W&B mode (default: {defaults.mode})"
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF + SVM reference row")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    from klue_tc.report.write import write_report
+
+    try:
+        write_report(
+            args.directory,
+            log_to_wandb=args.wandb,
+            wandb_cfg=WandbConfig(project=args.project, mode=args.mode),
+            group=args.directory.resolve().name,
+            baseline=not args.no_baseline,
+        )
+    except KlueTcError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    print(f"report: {args.directory / 'report.md'} (report.csv, effects.csv, claims.md and the plots beside it)")
+    return 0

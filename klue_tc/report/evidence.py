@@ -1,0 +1,142 @@
+"""What the records can answer: which configurations learnt anything, and which questions the grid can judge.
+
+A classifier that ignores the title scores about 1/K macro-F1 or less on K classes (any fixed
+guessing rule does); a configuration *learnt* when its fold mean clears that by 1.96 standard
+errors, the larger of its folds' spread and the sampling noise of F1 on the titles it was scored
+on. Differences between models that learnt nothing are noise, so a question (or a factor's effects)
+is judged only when the configurations on its reference side learnt and the grid holds the levels it
+compares; otherwise the report says, in one line, what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pandas as pd
+
+from klue_tc.report.claims import BLSTM, DEEP, SHALLOW, Claim
+from klue_tc.report.effects import REFERENCES
+
+Z = 1.96  # two-sided 95 %, as the report's other intervals
+
+
+def chance_f1(folds: pd.DataFrame) -> float:
+    """The macro-F1 a classifier ignoring its input reaches at most (about 1/K for K classes)."""
+    return 1 / int(folds["classes"].max())
+
+
+def learnt(folds: pd.DataFrame, metric: str = "f1") -> pd.Series:
+    """Per configuration (config_hash): does its mean clear chance by 1.96 standard errors?"""
+    chance = chance_f1(folds)
+    scored = folds.dropna(subset=[metric])
+    by_config = scored.groupby("config_hash").agg(
+        mean=(metric, "mean"), std=(metric, "std"), n=(metric, "size"), titles=("val_size", "sum")
+    )
+    sampling = (chance * (1 - chance) / by_config["titles"].clip(lower=1)) ** 0.5
+    spread = (by_config["std"] / by_config["n"] ** 0.5).fillna(0.0)
+    return by_config["mean"] - Z * pd.concat([sampling, spread], axis=1).max(axis=1) > chance
+
+
+def not_learnt_line(folds: pd.DataFrame, rows: pd.Series, what: str) -> Optional[str]:
+    """One line naming the configurations among `rows` that did not beat chance (None: all did)."""
+    configs = folds.loc[rows, "config_hash"].unique()
+    if not len(configs):
+        return f"no record of {what}"
+    verdicts = learnt(folds).reindex(configs).fillna(False)
+    if verdicts.all():
+        return None
+    failed = folds[folds["config_hash"].isin(verdicts.index[~verdicts])]
+    best = failed.groupby("config_hash")["f1"].mean().max()
+    return (
+        f"{(~verdicts).sum()} of {len(verdicts)} configurations of {what} do not beat chance "
+        f"(CV macro-F1 at most {best:.4f}; a classifier ignoring the title scores about {chance_f1(folds):.4f})"
+    )
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a claim needs from the grid: the levels it compares, and its reference side's rows."""
+
+    id: str
+    needs: str  # the levels, in words
+    has_levels: Callable[[pd.DataFrame], bool]
+    reference: Callable[[pd.DataFrame], pd.Series]  # a boolean mask over the fold rows
+    reference_name: str
+
+
+def _encoders(folds: pd.DataFrame) -> set:
+    return set(folds["encoder"])
+
+
+def _study_encoders(folds: pd.DataFrame) -> bool:
+    return {"cnn", "transformer"} <= _encoders(folds) and bool(set(BLSTM) & _encoders(folds))
+
+
+def _depths(folds: pd.DataFrame) -> bool:
+    blstm = folds[folds["encoder"].isin(BLSTM)]
+    return blstm["layers"].isin(SHALLOW).any() and blstm["layers"].isin(DEEP).any()
+
+
+def _both_placements(folds: pd.DataFrame) -> bool:
+    return bool((folds.groupby("encoder")["ln"].nunique() > 1).any())
+
+
+QUESTIONS = [
+    Question(
+        "i",
+        "the study's encoders (cnn, transformer and a TRANS-BLSTM)",
+        _study_encoders,
+        lambda f: f["encoder"] != "cnn",
+        "the encoders cnn is compared with",
+    ),
+    Question(
+        "ii",
+        "the study's encoders (cnn, transformer and a TRANS-BLSTM)",
+        _study_encoders,
+        lambda f: ~f["encoder"].isin(BLSTM),
+        "the encoders TRANS-BLSTM is compared with",
+    ),
+    Question(
+        "iii",
+        f"a TRANS-BLSTM at {min(SHALLOW)}-{max(SHALLOW)} and at {min(DEEP)}-{max(DEEP)} layers",
+        _depths,
+        lambda f: f["encoder"].isin(BLSTM) & f["layers"].isin(SHALLOW),
+        f"TRANS-BLSTM at {min(SHALLOW)}-{max(SHALLOW)} layers",
+    ),
+    Question("iv", "post- and pre-LN of one encoder", _both_placements, lambda f: f["ln"] == "post", "post-LN"),
+    Question(
+        "v",
+        "two tokenizers",
+        lambda f: f["tokenizer"].nunique() > 1,
+        lambda f: pd.Series(True, index=f.index),
+        "the grid",
+    ),
+    Question(
+        "vi",
+        "two layer counts",
+        lambda f: f["layers"].nunique() > 1,
+        lambda f: f["layers"] == f["layers"].min(),
+        "the fewest layers",
+    ),
+]
+
+
+def what_is_missing(folds: pd.DataFrame, question: Question) -> Optional[str]:
+    """Why `question` cannot be judged from these records, in a phrase (None: it can)."""
+    if not question.has_levels(folds):
+        return f"needs {question.needs}"
+    return not_learnt_line(folds, question.reference(folds), question.reference_name)
+
+
+def judgeable(folds: pd.DataFrame, claims: Sequence[Claim]) -> tuple[list[Claim], list[str]]:
+    """The claims the records can judge (with their sub-claims), and a phrase per question they cannot."""
+    missing = {q.id: what_is_missing(folds, q) for q in QUESTIONS}
+    kept = [c for c in claims if missing.get(c.id.split(".")[0]) is None]
+    return kept, [f"({q}) {why}" for q, why in missing.items() if why is not None]
+
+
+def effects_missing(folds: pd.DataFrame, factor: str) -> Optional[str]:
+    """Why a factor's effects are left out (None: they are shown): its reference level did not learn."""
+    reference = REFERENCES[factor]
+    return not_learnt_line(folds, folds[factor] == reference, f"{factor} {reference}")

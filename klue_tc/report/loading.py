@@ -1,0 +1,201 @@
+"""The report's input: fold records (klue_tc.records' typed loaders) and the runs' settings (the typed schemas).
+
+Every `metrics.json` and results-store record below a folder is read; fold records are merged by
+`config_hash` (a fold seen twice counts once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+import yaml
+from omegaconf import OmegaConf
+
+from klue_tc.config import CVConfig, DataConfig, TrainerConfig
+from klue_tc.errors import KlueTcError
+from klue_tc.records import FoldResult, RunResult
+
+log = logging.getLogger(__name__)
+
+DESCRIBE = ["tokenizer", "encoder", "ln", "head", "layers"]
+# Hydra's Optuna sweeper writes the study's best trial here, in the sweep directory.
+OPTUNA_RESULTS = "optimization_results.yaml"
+
+
+class NoResultsError(KlueTcError):
+    """The folder holds no finished run to report on."""
+
+
+def fold_frame(directory: str | Path) -> pd.DataFrame:
+    """One row per (configuration, fold), from every metrics.json below `directory` and every
+    results-store record (<key>/fold<k>.json) there: a folder of records alone, such as the
+    committed docs/study/results, is reported on without its run folders."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise NoResultsError(f"{directory}: no such directory")
+    rows = []
+    for path in sorted(directory.rglob("metrics.json")):
+        try:
+            run = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
+            continue
+        describe = {**asdict(run.describe), "config_hash": run.config_hash}
+        rows += [fold_row(describe, record) for record in run.folds]
+    rows += stored_rows(directory)
+    if not rows:
+        raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
+    every = pd.DataFrame(rows).drop_duplicates(["config_hash", "fold"], keep="last")
+    frame = every.dropna(subset=["f1"])
+    if frame.empty:
+        raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
+    frame = frame.reset_index(drop=True)
+    frame.attrs["diverged"] = every[every["diverged"] != ""].to_dict("records")  # listed, never averaged
+    return frame
+
+
+def store_roots(directory: Path) -> list[Path]:
+    """The results stores below `directory` (each holds <key>/fold<k>.json)."""
+    return sorted({path.parent.parent for path in directory.rglob("fold*.json")})
+
+
+def stored_rows(directory: Path) -> list[dict]:
+    """Rows from the results-store records below `directory` (those that name their configuration)."""
+    from klue_tc.results import ResultsStore
+
+    return [
+        fold_row({**asdict(record.describe), "config_hash": record.config_hash}, record)
+        for root in store_roots(directory)
+        for record in ResultsStore(root).records()
+        if record.describe is not None and record.config_hash
+    ]
+
+
+def fold_row(describe: dict, record: FoldResult) -> dict:
+    return {
+        **describe,
+        "fold": record.fold,
+        "f1": record.f1,
+        "accuracy": record.accuracy,
+        "validation_f1": record.validation.f1 if record.validation else float("nan"),
+        "best_epoch": record.best_epoch,
+        "epochs_run": record.epochs_run,
+        "still_improving": record.epochs_run > 0 and record.best_epoch == record.epochs_run,
+        "train_samples_per_s": record.train_samples_per_s,
+        "seconds": record.train_seconds,
+        "code": record.code.label() if record.code else "unknown",
+        "precision": record.precision,
+        "device": record.device or "unknown",
+        "diverged": record.diverged or "",
+        "selected_on": record.selected_on,
+        "val_size": record.val_size,  # the held-out titles the fold's F1 was measured on
+        "classes": class_count(record),
+    }
+
+
+def class_count(record: FoldResult) -> int:
+    """A validation score names every class it scored; without one, the labels YNAT has."""
+    from klue_tc.data import NUM_CLASSES
+
+    return len(record.validation.per_class_f1) if record.validation and record.validation.per_class_f1 else NUM_CLASSES
+
+
+@dataclass
+class Recipe:
+    """The settings of the runs' config.yaml that the report shows and the baseline repeats."""
+
+    seed: int = 42
+    data: DataConfig = field(default_factory=DataConfig)
+    cv: CVConfig = field(default_factory=CVConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # The runs' cv.inner_fraction; None: runs of older code, which chose their epoch on the scored fold.
+    inner_fraction: Optional[float] = None
+
+    def same_titles_and_folds(self) -> tuple:
+        """What must agree between runs for one baseline row to fit them all."""
+        return (self.data.path, self.data.limit, self.data.validation_path, self.cv.folds, self.cv.seed, self.seed)
+
+
+def known_keys(schema: Any, values: Any) -> Any:
+    """`values` without the keys `schema` (a dataclass) lacks, at every level: records written by
+    other versions of the code may carry settings this one no longer has."""
+    if not (is_dataclass(schema) and isinstance(values, dict)):
+        return values
+    names = {f.name: f for f in fields(schema)}
+    return {k: known_keys(getattr(schema, k, None), v) for k, v in values.items() if k in names}
+
+
+def load_recipe(path: Path) -> Optional[Recipe]:
+    """A config.yaml's data, CV and trainer settings, typed by the schema (None: not a run's config)."""
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not (isinstance(config, dict) and isinstance(config.get("data"), dict) and isinstance(config.get("cv"), dict)):
+        return None
+    schema = OmegaConf.structured(Recipe)
+    try:
+        recipe = OmegaConf.to_object(OmegaConf.merge(schema, known_keys(Recipe(), config)))
+    except Exception as err:  # a config.yaml the schema cannot read is no run's settings
+        log.warning("%s skipped: %s", path, str(err).splitlines()[0])
+        return None
+    recipe.inner_fraction = config["cv"].get("inner_fraction")
+    return recipe
+
+
+def run_recipe(directory: Path) -> Optional[Recipe]:
+    """The data and CV settings of the runs below `directory` (their config.yaml), if they agree."""
+    recipes = [r for r in map(load_recipe, sorted(directory.rglob("config.yaml"))) if r is not None]
+    settings = {json.dumps(r.same_titles_and_folds()) for r in recipes}
+    if len(settings) != 1:
+        if len(settings) > 1:
+            log.warning("the runs use different data or folds: no baseline row")
+        return None
+    return recipes[0]
+
+
+@dataclass(frozen=True)
+class OptunaBest:
+    """The trial Hydra's Optuna sweeper named best, and the configuration whose records it is."""
+
+    value: float
+    params: dict
+    config_hash: Optional[str]
+
+
+def optuna_best(directory: Path) -> Optional[OptunaBest]:
+    """The best trial of an Optuna sweep in `directory` (optimization_results.yaml), matched to its
+    configuration by its parameters in the results store's config.yaml files."""
+    path = directory / OPTUNA_RESULTS
+    if not path.is_file():
+        return None
+    results = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(results.get("best_params"), dict) or "best_value" not in results:
+        return None  # a multi-objective study names several best trials: no one row to pick
+    params, value = results["best_params"], float(results["best_value"])
+    matches = [
+        key
+        for root in store_roots(directory)
+        for key, config in configs_in_store(root).items()
+        if all(same_value(OmegaConf.select(config, name), wanted) for name, wanted in params.items())
+    ]
+    return OptunaBest(value, params, matches[0] if len(set(matches)) == 1 else None)
+
+
+def configs_in_store(root: Path) -> dict[str, Any]:
+    """Each configuration's resolved config in a results store, by its key."""
+    from klue_tc.results import CONFIG_FILE
+
+    return {path.parent.name: OmegaConf.load(path) for path in sorted(root.glob(f"*/{CONFIG_FILE}"))}
+
+
+def same_value(found: Any, wanted: Any) -> bool:
+    if isinstance(found, (int, float)) and isinstance(wanted, (int, float)):
+        return math.isclose(found, wanted, rel_tol=1e-9, abs_tol=1e-12)
+    return found == wanted

@@ -1,0 +1,266 @@
+"""The report as text: Markdown (report.md, claims.md's companion tables) and the terminal's rich tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import pandas as pd
+
+from klue_tc.report.claims import Claim
+from klue_tc.report.loading import Recipe
+from klue_tc.report.summary import SharedCells
+
+METRICS = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
+BASELINE = "TF-IDF char 1-3-grams + linear SVM"
+
+
+@dataclass
+class Verdicts:
+    """The claims judged per metric, and a phrase per question the records cannot judge."""
+
+    judged: Mapping[str, list[Claim]]
+    not_judged: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Effects:
+    """The marginal effects shown, and why any factor's are left out."""
+
+    table: pd.DataFrame
+    left_out: list[str] = field(default_factory=list)
+
+
+def recipe_line(recipe: Recipe, folds: pd.DataFrame) -> str:
+    """The scale the records were made at (from their config.yaml), in one line."""
+    data, cv, trainer = recipe.data, recipe.cv, recipe.trainer
+    titles = f"{data.limit:,} stratified titles" if data.limit else "every title"
+    return (
+        f"Recipe: {titles} of {Path(str(data.path or 'the KLUE YNAT train split')).name}, "
+        f"{cv.folds} folds (seed {cv.seed}), up to {trainer.max_epochs} epochs with early stopping "
+        f"after {trainer.early_stopping_patience} without gain, precision "
+        f"{', '.join(sorted(set(folds['precision'].astype(str))))}; validation titles: "
+        f"{Path(str(data.validation_path)).name if data.validation_path else 'none'}."
+    )
+
+
+def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFrame]:
+    """Per tokenizer: rows encoder / LN, columns the layer counts, cells 'mean ± std (n)'; the best
+    in bold, * within noise of it (CV only)."""
+    from klue_tc.report.plots import row_labels
+
+    mean, std = ("f1_mean", "f1_std") if metric == "f1" else ("validation_f1", "validation_f1_std")
+    best = summary[mean].max()
+
+    def cell(row) -> str:
+        if pd.isna(row[mean]):
+            return "–"
+        spread = f" ± {row[std]:.4f}" if pd.notna(row[std]) else ""  # a sample std needs two folds
+        text = f"{row[mean]:.4f}{spread} (n={row['folds']})"
+        if row[mean] == best:
+            return f"**{text}**"
+        return f"{text} *" if metric == "f1" and row["within_noise_of_best"] == "yes" else text
+
+    cells = summary.assign(row=row_labels(summary), cell=summary.apply(cell, axis=1))
+    tables = {}
+    for tokenizer, part in cells.groupby("tokenizer", sort=False):
+        table = part.pivot(index="row", columns="layers", values="cell")
+        table = table.reindex(index=part["row"].drop_duplicates(), columns=sorted(part["layers"].unique()))
+        table.index.name, table.columns.name = "encoder / LN", "layers"
+        tables[tokenizer] = table.fillna("–")
+    return tables
+
+
+def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
+    rows = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    return rows + [
+        "| " + " | ".join(map(str, [index, *values])) + " |" for index, values in zip(frame.index, frame.values)
+    ]
+
+
+def effects_table(effects: pd.DataFrame) -> list[str]:
+    from klue_tc.report.effects import NO_INTERVAL
+
+    def interval(row) -> str:
+        if pd.isna(row.low):
+            return f"{row.difference:+.4f} ({NO_INTERVAL})"
+        return f"{row.difference:+.4f} ({row.low:+.4f}..{row.high:+.4f})"
+
+    frame = effects.assign(
+        text=effects.apply(interval, axis=1),
+        what=effects.apply(lambda r: f"{r.factor}: {r.level} − {r.reference}", axis=1),
+    )
+    table = frame.pivot_table(index="what", columns="metric", values="text", aggfunc="first", sort=False)
+    columns = [m for m in METRICS if m in table.columns]
+    return markdown_table(table[columns], ["paired difference", *(METRICS[m] for m in columns)])
+
+
+def verdict_lines(verdicts: Verdicts) -> list[str]:
+    """One line per metric of verdicts, one naming what the rest need; or one line saying why there are none."""
+    if not any(verdicts.judged.values()):
+        return [f"No verdicts: {'; '.join(verdicts.not_judged)}."]
+    lines = ["Judged from the records (claims.md has the evidence):", ""]
+    for metric, claims in verdicts.judged.items():
+        lines += [f"- {METRICS[metric]}: " + "; ".join(f"({c.id}) {c.verdict}" for c in claims if "." not in c.id)]
+    if verdicts.not_judged:
+        lines += [f"- not judged: {'; '.join(verdicts.not_judged)}"]
+    return lines
+
+
+def effects_lines(effects: Effects) -> list[str]:
+    if effects.table.empty:
+        why = "; ".join(effects.left_out) or "the records vary no factor against its reference level"
+        return ["## Marginal effects", "", f"No marginal effects: {why}.", ""]
+    lines = [
+        "## Marginal effects",
+        "",
+        f"Each level against the reference, paired over cells that differ only "
+        f"in that factor and over folds; 95 % interval: {effects.table['method'].iloc[0]} (effects.csv).",
+        "",
+        *effects_table(effects.table),
+        "",
+    ]
+    if effects.left_out:
+        lines += [f"Left out: {'; '.join(effects.left_out)}.", ""]
+    return lines
+
+
+def to_markdown(
+    directory: Path,
+    summary: pd.DataFrame,
+    folds: pd.DataFrame,
+    effects: Effects,
+    verdicts: Verdicts,
+    baseline: Optional[dict],
+    recipe: Optional[Recipe],
+    missing: list[str],
+    plots: Sequence[str],
+    shared: Optional[SharedCells] = None,
+) -> str:
+    codes = sorted(set(folds["code"]))
+    lines = [
+        f"# F1 comparison: {directory.name}",
+        "",
+        f"{len(summary)} configurations, {len(folds)} (configuration, fold) records; "
+        f"records made by code {', '.join(codes)}.",
+        "",
+    ]
+    if recipe is not None:
+        lines += [recipe_line(recipe, folds), ""]
+    lines += [selection_line(folds), ""]
+    if len(codes) > 1:
+        lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
+    if shared is not None:
+        lines += [shared.line(), ""]
+    lines += ["## Verdicts", "", *verdict_lines(verdicts)]
+    for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
+        lines += [
+            "",
+            f"## {METRICS[metric]}: mean ± sample std over folds (n folds)",
+            "",
+            "**bold**: the best configuration"
+            + ("; *: within noise of it (paired t over folds, 95 %)" if metric == "f1" else " (each fold model alone)"),
+            "",
+        ]
+        if baseline is not None and pd.notna(baseline.get(metric)):
+            spread = f" ± {baseline['f1_std']:.4f}" if metric == "f1" else ""
+            lines += [
+                f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.4f}**{spread} "
+                f"({baseline['folds']} folds"
+                + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
+                + ").",
+                "",
+            ]
+        for tokenizer, table in f1_tables(summary, metric).items():
+            lines += [
+                f"### tokenizer: {tokenizer}",
+                "",
+                *markdown_table(table, ["encoder / LN", *(f"{n} layers" for n in table.columns)]),
+                "",
+            ]
+    lines += effects_lines(effects)
+    improving = summary[summary["still_improving"] > 0]
+    lines += [
+        "## Cost and convergence",
+        "",
+        f"{len(improving)} of {len(summary)} configurations were still improving at their last epoch in at "
+        f"least one fold ({int(folds['still_improving'].sum())} of {len(folds)} folds). Training time in all: "
+        f"{folds['seconds'].sum() / 3600:.1f} hours of job time (each fold from data preparation to its last "
+        f"checkpoint; jobs run side by side share the wall clock).",
+        "",
+        *device_lines(folds),
+        *markdown_table(
+            summary.assign(row=summary[["tokenizer", "encoder", "ln"]].agg(" / ".join, axis=1))
+            .pivot_table(index="row", columns="layers", values="seconds_per_fold", sort=False)
+            .round(0)
+            .astype("Int64"),
+            ["seconds per fold", *sorted(summary["layers"].unique())],
+        ),
+        "",
+        "Titles per second (training steps) are in report.csv.",
+        "",
+    ]
+    if missing:
+        lines += ["## Missing", "", *[f"- {m}" for m in missing], ""]
+    if plots:
+        lines += [f"Plots: {', '.join(plots)}", ""]
+    return "\n".join(lines)
+
+
+def selection_line(folds: pd.DataFrame) -> str:
+    """How each fold's CV F1 was chosen, from the records (older ones lack the field: the scored fold)."""
+    from klue_tc.records import SELECTED_ON_INNER_SPLIT
+
+    inner = int((folds["selected_on"] == SELECTED_ON_INNER_SPLIT).sum())
+    rule = (
+        "CV macro-F1: each fold's held-out titles scored once, by the checkpoint of the epoch its inner split "
+        "(a stratified share of its training titles, cv.inner_fraction) chose; early stopping reads that split too"
+    )
+    if inner == len(folds):
+        return f"{rule}."
+    old = "each fold's best epoch on its held-out titles, chosen on those same titles (optimistic)"
+    if inner == 0:
+        return f"CV macro-F1: {old}; records of code older than the inner-split selection."
+    return f"**Mixed selection**: {inner} of {len(folds)} folds: {rule}; the rest: {old}."
+
+
+def diverged_lines(diverged: list[dict]) -> str:
+    """The folds whose loss stopped being finite: listed apart, left out of every mean above."""
+    if not diverged:
+        return ""
+    lines = ["", "## Diverged folds", "", "Left out of every mean above:", ""]
+    lines += [
+        f"- {row['encoder']}, {row['ln']}-LN, {row['layers']} layers, head {row['head']}, {row['tokenizer']} "
+        f"({row['config_hash']}), fold {row['fold']}: {row['diverged']}"
+        for row in diverged
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def device_lines(folds: pd.DataFrame) -> list[str]:
+    """Where the records were trained; seconds compare only within one machine."""
+    devices = folds["device"].value_counts().sort_index().sort_values(ascending=False, kind="stable")
+    if len(devices) < 2:
+        return [f"Trained on {devices.index[0]}.", ""] if len(devices) else []
+    counts = ", ".join(f"{name}: {n} folds" for name, n in devices.items())
+    return [
+        f"Trained on {len(devices)} machines ({counts}; report.csv names each configuration's): seconds "
+        "compare only between folds of one machine.",
+        "",
+    ]
+
+
+def print_tables(tables: Mapping[str, pd.DataFrame]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for tokenizer, table in tables.items():
+        out = Table(title=f"CV macro-F1, tokenizer: {tokenizer}")
+        out.add_column(table.index.name)
+        for layers in table.columns:
+            out.add_column(f"{layers} layers", justify="right")
+        for row, values in zip(table.index, table.values):
+            out.add_row(str(row), *[v.replace("**", "") for v in values])
+        console.print(out)

@@ -1,0 +1,189 @@
+"""One row per configuration (fold mean ± sample std and the rest), the grid's gaps, and the baseline's scores."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from klue_tc.errors import KlueTcError
+from klue_tc.report.loading import DESCRIBE, OPTUNA_RESULTS, OptunaBest, Recipe
+
+log = logging.getLogger(__name__)
+
+CSV_COLUMNS = [
+    *DESCRIBE,
+    "f1_mean",
+    "f1_std",
+    "folds",
+    "validation_f1",
+    "validation_f1_std",
+    "accuracy_mean",
+    "within_noise_of_best",
+    "best_epoch_mean",
+    "still_improving",
+    "seconds_per_fold",
+    "train_samples_per_s",
+    "device",
+    "config_hash",
+    "code",
+]
+
+
+def study_order() -> dict[str, int]:
+    """Rows and panels follow the registries' order (the study's); anything else sorts after."""
+    from klue_tc.registry import VARIANT_GROUPS
+
+    names = [n for registry in VARIANT_GROUPS.values() for n in registry.names()] + ["post", "pre"]
+    return {name: i for i, name in enumerate(names)}
+
+
+def _distinct(values: pd.Series) -> str:
+    """A configuration's folds may come from several code versions or machines: each named once."""
+    return " + ".join(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class SharedCells:
+    """Configurations that differ only in settings the table does not show, and which one each cell keeps."""
+
+    configurations: int  # how many share a cell with another
+    rule: str  # which one a cell shows, in words
+
+    def line(self) -> str:
+        return (
+            f"{self.configurations} configurations share a table cell with another (they differ in settings "
+            f"the table does not show); each cell shows {self.rule}."
+        )
+
+
+def per_configuration(folds: pd.DataFrame) -> pd.DataFrame:
+    """Every configuration's fold summary, before cells are shared out."""
+    from klue_tc.report.effects import within_noise_of_best
+
+    summary = (
+        folds.groupby(["config_hash", *DESCRIBE], sort=False)
+        .agg(
+            f1_mean=("f1", "mean"),
+            f1_std=("f1", "std"),
+            folds=("fold", "nunique"),
+            validation_f1=("validation_f1", "mean"),
+            validation_f1_std=("validation_f1", "std"),
+            accuracy_mean=("accuracy", "mean"),
+            best_epoch_mean=("best_epoch", "mean"),
+            still_improving=("still_improving", "sum"),
+            seconds_per_fold=("seconds", "mean"),
+            train_samples_per_s=("train_samples_per_s", "mean"),
+            device=("device", _distinct),
+            code=("code", _distinct),
+        )
+        .reset_index()
+    )
+    noise = within_noise_of_best(folds, "f1")["within_noise"]
+    # yes / no, or unknown with fewer than two folds in common with the best
+    summary["within_noise_of_best"] = summary["config_hash"].map(
+        lambda key: "unknown" if pd.isna(noise.get(key, pd.NA)) else "yes" if noise[key] else "no"
+    )
+    return summary
+
+
+def optuna_choice(summary: pd.DataFrame, best: Optional[OptunaBest]) -> Optional[str]:
+    """The configuration of Optuna's best trial: matched by its parameters, else by its value (the
+    trial's objective is its CV macro-F1 mean)."""
+    if best is None or summary.empty:
+        return None
+    if best.config_hash in set(summary["config_hash"]):
+        return best.config_hash
+    nearest = (summary["f1_mean"] - best.value).abs().idxmin()
+    return summary.at[nearest, "config_hash"] if abs(summary.at[nearest, "f1_mean"] - best.value) < 1e-9 else None
+
+
+def shared_cells(configurations: pd.DataFrame, best: Optional[OptunaBest] = None) -> Optional[SharedCells]:
+    """Which of `per_configuration`'s rows share a cell, and the rule the table follows (None: none do)."""
+    clashes = int(configurations.duplicated(DESCRIBE, keep=False).sum())
+    if not clashes:
+        return None
+    if optuna_choice(configurations, best) is not None:
+        rule = f"the trial Optuna named best ({OPTUNA_RESULTS}: best value {best.value:.4f})"
+    else:
+        rule = "the one with most folds (the first found among equals)"
+    return SharedCells(clashes, rule)
+
+
+def summarise_configs(folds: pd.DataFrame, best: Optional[OptunaBest] = None) -> pd.DataFrame:
+    """One row per configuration: fold macro-F1 mean ± sample std (none for one fold), and the rest.
+
+    Configurations that share a cell (an Optuna search's trials, say) leave the trial Optuna named
+    best in it, else the one with most folds."""
+    summary = per_configuration(folds)
+    shared = shared_cells(summary, best)
+    if shared is not None:  # two settings the table does not show (d_model, data, ...) would share a cell
+        log.warning("%s", shared.line())
+        chosen = summary["config_hash"] == optuna_choice(summary, best)
+        summary = (
+            summary.assign(_chosen=chosen)
+            .sort_values(["_chosen", "folds"], ascending=False, kind="stable")
+            .drop_duplicates(DESCRIBE)
+            .drop(columns="_chosen")
+        )
+    order = study_order()
+    ranked = summary.sort_values(
+        DESCRIBE,
+        kind="stable",
+        key=lambda col: col if col.name == "layers" else col.map(lambda v: (order.get(v, len(order)), str(v))),
+    )
+    return ranked[CSV_COLUMNS].reset_index(drop=True)
+
+
+def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> tuple[list[str], int]:
+    """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
+    tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
+    without it, the most folds any configuration has): one line per table row and fold count, and
+    how many configurations that is."""
+    rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
+    present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
+    absent = [
+        (t, e, ln, n, "no record")
+        for t in summary.tokenizer.unique()
+        for e, ln in rows
+        for n in sorted(summary.layers.unique())
+        if (t, e, ln, n) not in present
+    ]
+    most = max(planned_folds or 0, summary["folds"].max())
+    short = [
+        (r.tokenizer, r.encoder, r.ln, r.layers, f"{r.folds} of {most} folds")
+        for r in summary[summary["folds"] < most].itertuples()
+    ]
+    grouped: dict[tuple, list] = {}
+    for t, e, ln, n, what in absent + short:
+        grouped.setdefault((t, e, ln, what), []).append(n)
+    lines = [
+        f"{t} / {e} / {ln} / {', '.join(map(str, layers))} layers: {what}"
+        for (t, e, ln, what), layers in grouped.items()
+    ]
+    return lines, len(absent) + len(short)
+
+
+def baseline_scores(recipe: Recipe, directory: Path) -> Optional[dict]:
+    """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
+    from klue_tc.baseline import score_on_folds
+
+    try:
+        rows = pd.DataFrame(
+            score_on_folds(recipe.data, recipe.cv, recipe.seed, directory / "baseline.json", recipe.inner_fraction)
+        )
+    except KlueTcError as err:
+        log.warning("no baseline row: %s", err)
+        return None
+    validation = rows["validation_f1"].mean() if "validation_f1" in rows else float("nan")
+    chosen_c = [f"{c:g}" for c in rows["C"]] if "C" in rows else []
+    return {
+        "f1": rows["f1"].mean(),
+        "f1_std": rows["f1"].std(ddof=1),
+        "validation_f1": validation,
+        "folds": len(rows),
+        "C": chosen_c,
+    }

@@ -1,0 +1,133 @@
+"""The report of a folder of runs, written into it: report.md (tables, verdicts, cost), report.csv
+(one row per configuration), effects.csv (marginal effects with intervals), claims.md (the original
+study's claims judged), and the plots it names."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from klue_tc.report.loading import fold_frame, optuna_best, run_recipe
+from klue_tc.report.render import (
+    BASELINE,
+    METRICS,
+    Effects,
+    Verdicts,
+    diverged_lines,
+    f1_tables,
+    print_tables,
+    to_markdown,
+)
+from klue_tc.report.summary import baseline_scores, missing_cells, per_configuration, shared_cells, summarise_configs
+
+log = logging.getLogger(__name__)
+
+
+def judge(folds: pd.DataFrame, metrics: list[str]) -> Verdicts:
+    """The claims the records can judge, per metric, and what the others need."""
+    from klue_tc.report.claims import judge_claims
+    from klue_tc.report.evidence import judgeable
+
+    judged, not_judged = {}, []
+    for metric in metrics:
+        judged[metric], not_judged = judgeable(folds, judge_claims(folds, metric))
+    return Verdicts(judged, not_judged)
+
+
+def effects_of(folds: pd.DataFrame, metrics: list[str]) -> Effects:
+    """Each factor's marginal effects where its reference level learnt; a phrase for each left out."""
+    from klue_tc.report.effects import EFFECT_COLUMNS, FACTORS, marginal_effects
+    from klue_tc.report.evidence import effects_missing
+
+    table = pd.concat([marginal_effects(folds, m) for m in metrics], ignore_index=True)
+    left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(folds, f))}
+    table = table[~table["factor"].isin(list(left_out))].reset_index(drop=True)
+    return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), list(left_out.values()))
+
+
+def draw(summary: pd.DataFrame, effects: Effects, reference: Optional[dict], directory: Path) -> list[Path]:
+    """Every plot the records support, in the order report.md names them."""
+    from klue_tc.report.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap
+
+    plots = [
+        plot_f1_by_layers(summary, directory / "f1_by_layers.png", baseline=reference["f1"] if reference else None),
+        plot_grid_heatmap(summary, directory / "grid_heatmap.png"),
+    ]
+    if not effects.table.empty:
+        plots.append(plot_effects(effects.table, directory / "effects.png"))
+    if summary["validation_f1"].notna().any():
+        plots += [
+            plot_f1_by_layers(
+                summary,
+                directory / "validation_by_layers.png",
+                "validation_f1",
+                "validation_f1_std",
+                reference["validation_f1"] if reference else None,
+                "validation macro-F1 (mean ± std of the fold models)",
+            ),
+            plot_grid_heatmap(summary, directory / "grid_heatmap_validation.png", "validation_f1"),
+        ]
+    return plots
+
+
+def write_report(
+    directory: str | Path,
+    log_to_wandb: bool = False,
+    wandb_cfg: Optional[Any] = None,
+    group: Optional[str] = None,
+    baseline: bool = True,
+) -> pd.DataFrame:
+    """Write the report's files into `directory`; return the per-configuration rows.
+
+    `wandb_cfg`: a WandbConfig, or a mapping of its keys (the sweep's logger.wandb node); unset keys
+    take WandbConfig's defaults."""
+    from klue_tc.report.claims import claims_markdown
+
+    directory = Path(directory)
+    folds = fold_frame(directory)
+    best = optuna_best(directory)
+    summary = summarise_configs(folds, best)
+    recipe = run_recipe(directory)
+    reference = baseline_scores(recipe, directory) if baseline and recipe is not None else None
+    missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
+    metrics = [m for m in METRICS if folds[m].notna().any()]
+    effects = effects_of(folds, metrics)
+    verdicts = judge(folds, metrics)
+    effects.table.to_csv(directory / "effects.csv", index=False)
+    (directory / "claims.md").write_text(claims_markdown(verdicts.judged, verdicts.not_judged), encoding="utf-8")
+    plots = draw(summary, effects, reference, directory)
+    markdown = to_markdown(
+        directory,
+        summary,
+        folds,
+        effects,
+        verdicts,
+        reference,
+        recipe,
+        missing,
+        [p.name for p in plots],
+        shared_cells(per_configuration(folds), best),
+    )
+    diverged = folds.attrs.get("diverged", [])
+    for row in diverged:
+        log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
+    (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
+    summary.to_csv(directory / "report.csv", index=False)
+    print_tables(f1_tables(summary, "f1"))
+    if reference is not None:
+        print(
+            f"{BASELINE} on the same folds: CV macro-F1 {reference['f1']:.4f}"
+            + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
+        )
+    if missing:
+        log.warning("%d cells missing or short of folds (report.md: Missing)", missing_count)
+    if len(set(folds["code"])) > 1:
+        log.warning("the table mixes records of %d code versions (report.md names them)", len(set(folds["code"])))
+    if log_to_wandb:
+        from klue_tc.report.wandb_run import log_report_run, wandb_settings
+
+        log_report_run(summary, effects.table, verdicts.judged, plots, directory, wandb_settings(wandb_cfg), group)
+    return summary

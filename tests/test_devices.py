@@ -1,0 +1,58 @@
+"""One fold on several devices: Lightning's DDP ranks share each batch, rank 0 alone keeps records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import TINY_MODEL
+from jobs import run_cli
+from klue_tc.datamodule import BucketBatchSampler
+
+
+def test_ranks_share_out_every_batch_and_take_training_steps_together():
+    lengths = np.random.default_rng(0).integers(3, 30, size=101)
+    whole = list(BucketBatchSampler(lengths, 16, shuffle=True, seed=3))
+    parts = [list(BucketBatchSampler(lengths, 16, shuffle=True, seed=3, shard=(rank, 3))) for rank in range(3)]
+    assert len({len(p) for p in parts}) == 1 and len(parts[0]) == len(whole)  # the same steps on every rank
+    for step, batch in enumerate(whole):
+        shared = [i for p in parts for i in p[step]]
+        assert sorted(set(shared)) == sorted(batch)  # each title of the batch on one rank (the last may repeat)
+
+    scored = [list(BucketBatchSampler(lengths, 40, shuffle=False, shard=(rank, 2))) for rank in range(2)]
+    titles = [i for p in scored for batch in p for i in batch]
+    assert sorted(titles) == list(range(101))  # validation scores every title exactly once
+
+
+@pytest.mark.slow
+def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        [
+            "+experiment=transformer",
+            f"data.path={headlines_tsv}",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=2",
+            "encoder.layers=1",
+            "logger=none",
+            "trainer.devices=2",
+            f"results.dir={tmp_path / 'results'}",
+            f"hydra.run.dir={run_dir}",
+            *TINY_MODEL,
+        ],
+        cwd=tmp_path,
+        timeout=420,  # before ranks were told apart, the second rank waited for rank 0's fold lock forever
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout + done.stderr
+    assert "being trained by another job" not in out
+    assert out.count("epoch 2/2") == 1  # one rank reports
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    [fold] = metrics["folds"]
+    assert fold["device"].endswith(" x2") and (run_dir / fold["checkpoint"]).is_file()
+    # Only rank 0 writes: one record in the store, one run directory.
+    assert [p.name for p in (tmp_path / "results").glob("*/fold*.json")] == ["fold0.json"]
+    assert not (tmp_path / "outputs").exists()

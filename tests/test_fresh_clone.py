@@ -1,0 +1,233 @@
+"""What a new user meets on a fresh clone, following only the README: its commands compose and run
+as written, and the rough edges around them end in one line."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from jobs import compose_job, run_cli, run_python
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+SWEEP_FILES = sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml"))
+# A tiny job: appended to the README's commands so that running them takes seconds.
+TINY = [
+    "data.limit=140",
+    "cv.folds=2",
+    "cv.fold=0",
+    "trainer.max_epochs=1",
+    "trainer.accelerator=cpu",
+    "logger=none",
+    "encoder.layers=1",
+    "encoder.d_model=32",
+    "encoder.heads=2",
+    "head.hidden=32",
+    "tokenizer.vocab_size=1000",
+    "data.batch_size=32",
+]
+
+
+def readme_commands(prefix: str) -> list[list[str]]:
+    """Every command of the README's indented code blocks starting with `prefix` (continuation
+    lines joined, trailing comments dropped), as the shell splits it."""
+    lines = [line[4:] for line in README.splitlines() if line.startswith("    ")]
+    joined, commands = "", []
+    for line in lines:
+        joined += line.strip()
+        if joined.endswith("\\"):
+            joined = joined[:-1] + " "
+            continue
+        if joined.startswith(prefix):
+            commands.append(shlex.split(joined, comments=True))
+        joined = ""
+    return commands
+
+
+def main_commands() -> list[list[str]]:
+    """The README's `python -m klue_tc` and `make sweep` commands as the arguments of klue_tc's main."""
+    commands = [c[3:] for c in readme_commands("python -m klue_tc ")]
+    # The encoder that "Add an encoder" writes is not in the package: its command is an example.
+    commands = [c for c in commands if "+experiment=gated" not in c]
+    for command in readme_commands("make sweep"):
+        options = dict(arg.split("=", 1) for arg in command[2:])
+        commands.append(
+            ["-m", "--config-dir", "sweeps", "--config-name", options["SWEEP"], *shlex.split(options.get("ARGS", ""))]
+        )
+    return commands
+
+
+def test_readme_has_no_paths_a_clone_lacks_and_says_where_validation_comes_from():
+    assert "../shared" not in README
+    assert "validation split scored after training is the hub's by default" in README
+    assert "data.validation_path=" in README
+
+
+def test_readme_commands_are_found():
+    commands = main_commands()
+    assert len(commands) >= 6
+    assert any(c[:1] == ["+experiment=trans_blstm"] for c in commands)
+    assert sum(c[0] == "-m" for c in commands) >= 5
+
+
+@pytest.mark.parametrize("command", main_commands(), ids=" ".join)
+def test_every_readme_command_composes(command):
+    """As `--cfg job` would, in this process: Hydra composes the command's config (its sweep file's
+    for `make sweep`) and the typed schemas accept it."""
+    from hydra import compose, initialize_config_dir
+
+    from klue_tc.cli_errors import quote_non_ascii_values
+    from klue_tc.config import register_schemas, validate
+
+    name, folder, args = "config", REPO / "conf", [a for a in command if a != "-m"]
+    if args[:1] == ["--config-dir"]:  # the sweep file first, conf/ behind it, as --config-dir puts them
+        name, folder, args = args[3], REPO / args[1], [*args[4:], f"hydra.searchpath=[file://{REPO / 'conf'}]"]
+    register_schemas()
+    with initialize_config_dir(config_dir=str(folder), version_base="1.3"):
+        cfg = compose(name, overrides=quote_non_ascii_values(args))
+    assert validate(cfg).experiment
+
+
+def test_the_readme_column_mapping_composes_as_written():
+    example = re.search(r"`(data\.title_column=\S+ data\.label_column=\S+)`", README).group(1)
+    done = run_cli([*example.split(), "--cfg", "job"], cwd=REPO)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "title_column: 제목" in done.stdout and "label_column: 분류" in done.stdout
+
+
+def test_labels_in_korean_compose_as_a_list():
+    done = run_cli(["data.labels=[부정, 긍정]", "--cfg", "job"], cwd=REPO)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "- 부정\n" in done.stdout and "- 긍정\n" in done.stdout
+
+
+def test_an_unreadable_override_is_one_line_that_shows_it_quoted():
+    done = run_cli(["data.title_column=a;b", "--cfg", "job"], cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: data.title_column=a;b: Hydra's override grammar cannot read this value; quote it, the whole "
+        """override in single quotes for the shell: 'data.title_column="a;b"'"""
+    )
+
+
+def test_an_unknown_precision_is_one_line_before_anything_loads(tmp_path):
+    done = run_cli(["trainer.precision=fp16", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: trainer.precision must be one of 32-true, bf16-mixed, 16-mixed")
+    )
+    assert "got fp16" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_lists_the_launchers():
+    done = run_cli(["--help"], cwd=REPO)
+    assert done.returncode == 0
+    launchers = ["basic", *(p.stem for p in (REPO / "conf" / "hydra" / "launcher").glob("*.yaml")), "submitit_local"]
+    assert "hydra/launcher" in done.stdout
+    assert all(name in done.stdout for name in launchers), done.stdout[-800:]
+
+
+def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
+    shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert f"SWEEP={'|'.join(SWEEP_FILES)}" in shown.stdout
+    plain = subprocess.run(["make", "sweep", "SWEEP="], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert plain.returncode != 0
+    assert f"make sweep needs SWEEP=<name>, one of: {' '.join(SWEEP_FILES)}" in plain.stdout
+    assert "klue_tc" not in plain.stdout.replace("sweeps/*.yaml", "")  # nothing was started
+
+
+def test_predict_reads_titles_from_standard_input(monkeypatch):
+    from klue_tc.predict import read_titles
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("삼성전자 반도체 공장\n\n손흥민 결승골\n"))
+    assert read_titles(Path("-")) == ["삼성전자 반도체 공장", "손흥민 결승골"]
+
+
+def test_the_offline_hub_is_said_once_per_command_and_not_by_the_report(caplog):
+    from klue_tc.config import DataConfig
+    from klue_tc.data import training_titles, validation_titles
+
+    with caplog.at_level(logging.WARNING, logger="klue_tc.data"):
+        for _ in range(2):  # two jobs of a sweep in one process
+            training_titles(DataConfig())
+            validation_titles(DataConfig())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # one for train, one for validation
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="klue_tc.data"):
+        training_titles(DataConfig(), announce_fallback=False)  # as the report's baseline reads them
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_sweep_ends_with_the_report_path(tmp_path, monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    import klue_tc.report.write
+    from klue_tc.report.sweep_callback import SweepReportCallback
+
+    monkeypatch.setattr(klue_tc.report.write, "write_report", lambda directory, **kwargs: None)
+    config = OmegaConf.create(
+        {
+            "hydra": {"sweep": {"dir": str(tmp_path / "sweep")}},
+            "logger": {"name": "none", "wandb": {}},
+            "sweep": "smoke",
+        }
+    )
+    SweepReportCallback().on_multirun_end(config)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"report: {tmp_path / 'sweep' / 'report.md'}"
+
+
+@pytest.mark.parametrize(("sweep", "expected"), [(None, "outputs/results"), ("smoke", "SWEEP_DIR/results")])
+def test_an_ad_hoc_multirun_shares_the_store_so_its_rerun_resumes(tmp_path, sweep, expected):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf, open_dict
+
+    from klue_tc.config import validate
+    from klue_tc.run import results_root
+
+    cfg = compose_job([f"sweep={sweep}" if sweep else "sweep=null", f"hydra.sweep.dir={tmp_path}"], tmp_path / "run")
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+    HydraConfig.instance().set_config(cfg)
+    assert str(results_root(validate(cfg))) == expected.replace("SWEEP_DIR", str(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_quickstart_runs_as_written_offline(tmp_path):
+    """The quickstart's commands in order, each training command with tiny sizes appended: offline
+    they train on the bundled split, then report and predict read what they wrote."""
+    quickstart = README.split("## Quickstart (offline)")[1].split("\n## ")[0]
+    commands = [shlex.split(line.strip(), comments=True) for line in quickstart.splitlines() if line.startswith("    ")]
+    commands = [c for c in commands if c and c[0] in ("python", "make")]
+    assert [c[:3] for c in commands] == [
+        ["python", "-m", "klue_tc"],
+        ["python", "-m", "klue_tc"],
+        ["make", "report", "DIR=outputs/runs/transformer"],
+        ["python", "-m", "klue_tc.predict", "outputs/runs/transformer/<time>"][:3],
+    ]
+    for command in commands:
+        if command[:3] == ["python", "-m", "klue_tc"]:
+            done = run_python([*command[1:], *TINY], cwd=tmp_path, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert "bundled with klue_tc" in done.stdout + done.stderr
+            assert re.search(r"CV macro-F1 \d\.\d{4}", done.stdout)
+        elif command[0] == "make":
+            directory = command[2].split("=", 1)[1]
+            done = run_python(["-m", "klue_tc.report", directory], cwd=tmp_path, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert "bundled" not in done.stdout + done.stderr
+        else:
+            run_dir = next((tmp_path / "outputs" / "runs" / "transformer").glob("*/metrics.json")).parent
+            done = run_python(["-m", "klue_tc.predict", str(run_dir), *command[4:]], cwd=tmp_path, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,108 @@
+"""On a terminal the rich progress bar and the per-epoch lines share the screen: each epoch line
+lands whole above the bar, and both count epochs from 1."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import sys
+
+import lightning as L
+import rich
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from klue_tc.config import TrainerConfig
+from klue_tc.progress import EpochProgressBar, JobProgress
+from klue_tc.training import make_trainer
+
+CONTROL = re.compile(r"\x1b\[(\??)([\d;]*)([A-Za-z])")
+
+
+def screen(output: str) -> list[str]:
+    """What a terminal shows after `output`: text, \\r, \\n, erase line (ESC[2K) and cursor up
+    (ESC[nA); colours and cursor visibility do not move anything."""
+    lines, row, col, i = [""], 0, 0, 0
+    while i < len(output):
+        control = CONTROL.match(output, i)
+        if control:
+            private, number, command = control.groups()
+            if command == "K" and not private:
+                lines[row] = ""
+            elif command == "A" and not private:
+                row = max(0, row - int(number or 1))  # ESC[nA
+            i = control.end()
+            continue
+        char = output[i]
+        if char == "\r":
+            col = 0
+        elif char == "\n":
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        else:
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + char + line[col + 1 :]
+            col += 1
+        i += 1
+    return lines
+
+
+class TinyClassifier(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 3)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.layer(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/f1", 0.5)
+        self.log("val/accuracy", 0.5)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def _loader(self):
+        generator = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(64, 4, generator=generator), torch.randint(0, 3, (64,), generator=generator))
+        return DataLoader(data, batch_size=8)
+
+    def train_dataloader(self):
+        return self._loader()
+
+    def val_dataloader(self):
+        return self._loader()
+
+
+def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monkeypatch):
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", terminal)  # the stream rich's live display redirects
+    handler = logging.StreamHandler(terminal)  # as Hydra's console handler: the stream from before the bar
+    handler.setFormatter(logging.Formatter("[klue_tc][INFO] - %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    job_log = logging.getLogger("klue_tc")  # as a job sets it up (an earlier test's Hydra run may have disabled it)
+    for attribute, value in (("level", logging.INFO), ("disabled", False), ("propagate", True)):
+        monkeypatch.setattr(job_log, attribute, value)
+    bar = EpochProgressBar(refresh_rate=1, console_kwargs={"force_terminal": True, "file": terminal, "width": 150})
+    try:
+        cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="rich")
+        trainer = make_trainer(cfg, tmp_path, None, [JobProgress(1, 2).callback(0), bar])
+        trainer.fit(TinyClassifier())
+    finally:
+        root.removeHandler(handler)
+        rich.reconfigure()
+    shown = screen(terminal.getvalue())
+    epoch_lines = [line.rstrip() for line in shown if "val macro-F1" in line]
+    assert [line.split(":")[0] for line in epoch_lines] == [
+        "[klue_tc][INFO] - fold 1/1 (fold 0) epoch 1/2",
+        "[klue_tc][INFO] - fold 1/1 (fold 0) epoch 2/2",
+    ], "\n".join(shown)
+    assert all(line.endswith(("s", "m")) and "Epoch" not in line for line in epoch_lines), "\n".join(shown)
+    assert any(line.startswith("Epoch 2/2") for line in shown), "\n".join(shown)
+    assert not any(re.match(r"Epoch [01]/1", line) for line in shown), "\n".join(shown)
+    assert handler.stream is terminal  # the log handler has its own stream back once the bar is gone
