@@ -342,6 +342,62 @@ class ResultsConfig:
         return [one_of("results.reuse", self.reuse, ("same_code", "any"))]
 
 
+PRETRAIN_OBJECTIVES = ("none", "mlm")
+
+
+@dataclass
+class PretrainConfig:
+    """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py).
+    With `none` the section is left out of the results key, so records made before it existed count."""
+
+    objective: str = "none"  # none | mlm (masked-language modelling, BERT's 80/10/10)
+    epochs: int = 8  # passes over the corpus
+    max_steps: Optional[int] = None  # stop after this many optimiser steps instead (null: all epochs)
+    mask_p: float = 0.15  # share of the real tokens picked as targets
+    random_share: float = 0.1  # of the picked tokens: shown as a random piece ...
+    keep_share: float = 0.1  # ... or as themselves; the rest show [MASK]
+    # Pick whole words (all pieces after a SentencePiece word start '▁' go together); off by default.
+    whole_word: bool = False
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    schedule: str = "linear"  # cosine | linear | constant
+    batch_size: int = 256
+    # Files of unlabelled text, one title a line, added to the corpus (their content is keyed).
+    corpus: list[str] = outside_results_key(default_factory=list)
+    # true: every labelled title of the job is left out, so all folds share one corpus and one
+    # pretrained encoder; false: the fold's own training titles are in its corpus.
+    same_corpus_every_fold: bool = False
+    # true: titles that are scored (the held-out fold, the validation file) may be in the corpus.
+    include_scored_titles: bool = False
+    dir: Optional[str] = outside_results_key(None)  # null: `pretrained` beside the results store
+    save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
+
+    def checks(self) -> list[Check]:
+        return [
+            one_of("pretrain.objective", self.objective, PRETRAIN_OBJECTIVES),
+            at_least("pretrain.epochs", self.epochs, 1),
+            (
+                self.max_steps is None or self.max_steps > 0,
+                f"pretrain.max_steps must be positive, got {self.max_steps}",
+            ),
+            (0.0 < self.mask_p < 1.0, f"pretrain.mask_p must be in (0, 1), got {self.mask_p}"),
+            share("pretrain.random_share", self.random_share, closed_top=True),
+            share("pretrain.keep_share", self.keep_share, closed_top=True),
+            (
+                self.random_share + self.keep_share <= 1.0,
+                f"pretrain.random_share + pretrain.keep_share must be at most 1, "
+                f"got {self.random_share} + {self.keep_share}",
+            ),
+            (self.lr > 0, f"pretrain.lr must be > 0, got {self.lr}"),
+            at_least("pretrain.weight_decay", self.weight_decay, 0.0),
+            share("pretrain.warmup_ratio", self.warmup_ratio),
+            one_of("pretrain.schedule", self.schedule, ("cosine", "linear", "constant")),
+            at_least("pretrain.batch_size", self.batch_size, 1),
+            at_least("pretrain.save_every_steps", self.save_every_steps, 1),
+        ]
+
+
 @dataclass
 class SlurmConfig:
     # How often a job stopped by its time limit's signal puts itself back in the queue, counting
@@ -367,6 +423,7 @@ class RunConfig:
     logger: LoggerConfig = outside_results_key(default_factory=LoggerConfig)
     cv: CVConfig = field(default_factory=CVConfig)
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
 
 
@@ -408,6 +465,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.trainer,
         run.cv,
         run.results,
+        run.pretrain,
         run.slurm,
     ):
         for ok, message in section.checks():
@@ -448,6 +506,8 @@ def register_schemas() -> None:
         store.store(group=group, name=name, node=node)
     for kind in LoggerKind:
         store.store(group="logger", name=kind.value, node=LoggerConfig(name=kind))
+    for objective in PRETRAIN_OBJECTIVES:
+        store.store(group="pretrain", name=objective, node=PretrainConfig(objective=objective))
     for group, registry in VARIANT_GROUPS.items():
         for name in registry.names():
             store.store(group=group, name=name, node=registry[name].config(name=name))

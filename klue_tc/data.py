@@ -135,6 +135,27 @@ def read_labelled_file(
     """KLUE json, jsonl, csv or tsv (or any of them xz-compressed) with a title and a label column
     (ids or names); a UTF-8 BOM and Windows line ends are fine. The label set is `label_names`
     when given, else read from the file (`infer_label_names`)."""
+    path, text, path_for_type = _decoded_file(path)
+    frame, locations = _parse(path_for_type, text, str(path))
+    return from_frame(
+        frame,
+        source=str(path),
+        locations=locations,
+        title_column=title_column,
+        label_column=label_column,
+        label_names=label_names,
+    )
+
+
+def read_unlabelled_file(path: str | Path) -> list[str]:
+    """Unlabelled titles, one a line (plain text, or xz-compressed), with the labelled files'
+    checks; blank lines are skipped."""
+    _, text, _ = _decoded_file(path)  # a file of blank lines only is reported as empty there
+    return [title for title in map(normalise_title, text.splitlines()) if title]
+
+
+def _decoded_file(path: str | Path) -> tuple[Path, str, Path]:
+    """The file's text, decompressed and decoded, and the path its type is read from."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise DataError(f"{path}: is a directory; pass the file inside it (e.g. {path}/train.tsv)")
@@ -152,15 +173,7 @@ def read_labelled_file(
     if not raw.strip():
         raise DataError(f"{path}: file is empty")
     text = decode_text(raw, str(path))
-    frame, locations = _parse(path_for_type, text, str(path))
-    return from_frame(
-        frame,
-        source=str(path),
-        locations=locations,
-        title_column=title_column,
-        label_column=label_column,
-        label_names=label_names,
-    )
+    return path, text, path_for_type
 
 
 def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[str]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from klue_tc.errors import DiskFullError
+
+log = logging.getLogger(__name__)
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
@@ -180,6 +183,26 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
+    """Hold `lock` (an flock, released when the process dies); a second holder logs and waits."""
+    make_dirs(lock.parent)
+    # Read-only, and made with the folder's mode: flock needs no write access, so another user of a
+    # shared store can take a lock file that the first one made.
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_EXCL)
+        os.fchmod(fd, creation_mode(lock.parent))  # open's mode would lose the group's bit to the umask
+    except FileExistsError:
+        fd = os.open(lock, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(waiting_message)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def link_or_copy(source: Path, target: Path) -> None:

@@ -87,6 +87,33 @@ class EpochLine(L.Callback):
         )
 
 
+class PretrainLine:
+    """The pretraining's own line: step k/N, the masked-LM loss, elapsed and ETA, every
+    `every_s` seconds and at the last step (reading the loss waits for the device: not every step)."""
+
+    def __init__(self, every_s: float = 30.0):
+        self.every_s, self.started, self.last = every_s, time.monotonic(), float("-inf")
+        self.first_step: int | None = None
+
+    def __call__(self, step: int, total: int, loss) -> None:
+        now = time.monotonic()
+        if self.first_step is None:  # a resumed run's rate counts the steps it takes itself
+            self.first_step, self.started = step - 1, now
+        if now - self.last < self.every_s and step != total:
+            return
+        self.last = now
+        elapsed = now - self.started
+        rate = (step - self.first_step) / max(elapsed, 1e-9)
+        log.info(
+            "pretraining step %d/%d: MLM loss %.3f | elapsed %s, ETA %s",
+            step,
+            total,
+            float(loss),
+            duration(elapsed),
+            duration((total - step) / rate if rate > 0 else 0.0),
+        )
+
+
 class EpochProgressBar(RichProgressBar):
     """Lightning's rich bar counting epochs from 1 as the epoch lines do (`Epoch 1/2`), with the log
     lines printed above it: rich's live display redirects sys.stdout and sys.stderr while it shows, but

@@ -158,6 +158,7 @@ class FoldResult:
     device: str = ""  # what trained it: the GPU's name, or the CPU's model
     threads: int = 0  # torch's CPU threads
     validation: Optional[ValidationScore] = None  # this fold's model alone on the validation set
+    pretrained: Optional[dict] = None  # the stored pretrained encoder it started from: key, path, corpus
     # Where its loss stopped being finite (its F1 is NaN then, left out of every mean); None: it did not.
     diverged: Optional[str] = None
     # The inner split's score at the chosen epoch (what chose it), beside f1/accuracy: the held-out

@@ -10,21 +10,19 @@ counts as finished only when the code that made it is this code (klue_tc/fingerp
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import yaml
 
 from klue_tc.config import RunConfig, keyed_settings
-from klue_tc.files import atomic_write_text, creation_mode, link_or_copy, link_or_copy_tree, make_dirs
+from klue_tc.files import atomic_write_text, exclusive_lock, link_or_copy, link_or_copy_tree
 from klue_tc.records import CodeVersion, FoldPredictions, FoldResult
 
 log = logging.getLogger(__name__)
@@ -32,10 +30,22 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 
 
-def config_hash(run: RunConfig, data_fingerprint: str, precision: str, tokenizer_identity: Optional[str] = None) -> str:
-    payload = {"config": keyed_settings(run), "data": data_fingerprint, "precision": precision}
+def config_hash(
+    run: RunConfig,
+    data_fingerprint: str,
+    precision: str,
+    tokenizer_identity: Optional[str] = None,
+    pretrain_inputs: Optional[str] = None,
+) -> str:
+    """`pretrain_inputs`: a hash of what the pretraining corpus reads besides the training titles."""
+    settings = keyed_settings(run)
+    if run.pretrain.objective == "none":
+        settings.pop("pretrain")  # the key every record made before pretraining existed has
+    payload = {"config": settings, "data": data_fingerprint, "precision": precision}
     if tokenizer_identity:
         payload["tokenizer_model"] = tokenizer_identity
+    if pretrain_inputs:
+        payload["pretrain_inputs"] = pretrain_inputs
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -120,25 +130,12 @@ class ResultsStore:
             text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
             atomic_write_text(self.root / key / CONFIG_FILE, text)
 
-    @contextlib.contextmanager
-    def claim(self, key: str, fold: int) -> Iterator[None]:
+    def claim(self, key: str, fold: int) -> contextlib.AbstractContextManager[None]:
         """Hold the fold while it trains: a second identical job waits here, then finds the record."""
-        lock = self.root / key / f"fold{fold}.lock"
-        make_dirs(lock.parent)
-        # Read-only, and made with the folder's mode: flock needs no write access, so another
-        # user of a shared store can take a lock file that the first one made.
-        try:
-            fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_EXCL)
-            os.fchmod(fd, creation_mode(lock.parent))  # open's mode would lose the group's bit to the umask
-        except FileExistsError:
-            fd = os.open(lock, os.O_RDONLY)
-        with os.fdopen(fd, "rb") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("fold %d of %s is being trained by another job: waiting for it", fold, key)
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
+        return exclusive_lock(
+            self.root / key / f"fold{fold}.lock",
+            f"fold {fold} of {key} is being trained by another job: waiting for it",
+        )
 
     def training_state_dir(self, key: str, fold: int) -> Path:
         """Where a fold keeps its training state while it trains (the latest epoch's full checkpoint

@@ -19,7 +19,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from klue_tc import interrupts
-from klue_tc.config import LoggerKind, RunConfig, WandbConfig, job_config, validate
+from klue_tc.config import LoggerKind, RunConfig, WandbConfig, job_config, keyed_settings, validate
+from klue_tc.corpus import PretrainSources, gather_sources
 from klue_tc.data import stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
@@ -63,13 +64,14 @@ def run_job(cfg: DictConfig) -> float:
     inputs = check_inputs(run, run_dir, store.root)
     log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
 
-    key, code = results_key(run, inputs), code_version()
+    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
+    key, code = results_key(run, inputs, sources), code_version()
     wanted = [run.cv.fold] if run.cv.fold is not None else list(range(run.cv.folds))
     finished, other_code = find_finished(store, key, wanted, run, code)
     reused = sorted(finished)  # found in the store, not trained by this job
     missing = [k for k in wanted if k not in finished]
     if missing:
-        finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start)
+        finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start, sources)
     folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
 
     result = RunResult(
@@ -120,10 +122,21 @@ def redact_hydra_files(run_dir: Path) -> None:
     redact_files(written)
 
 
-def results_key(run: RunConfig, inputs: JobInputs) -> str:
+def results_key(run: RunConfig, inputs: JobInputs, sources: PretrainSources | None = None) -> str:
     from klue_tc.hardware import default_precision
 
-    return config_hash(run, inputs.train.fingerprint(), default_precision(run.trainer), inputs.tokenizer_identity)
+    return config_hash(
+        run,
+        inputs.train.fingerprint(),
+        default_precision(run.trainer),
+        inputs.tokenizer_identity,
+        sources.fingerprint() if sources is not None else None,
+    )
+
+
+def pretrained_root(run: RunConfig) -> Path:
+    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
+    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root(run).parent / "pretrained"
 
 
 def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConfig, code) -> tuple[dict, list[int]]:
@@ -168,6 +181,7 @@ def train_folds(
     run_dir: Path,
     resolved: dict,
     job_start: float,
+    sources: PretrainSources | None = None,
 ) -> dict[int, FoldResult]:
     # torch and lightning only now, so that a bad override or file fails before they load. The time
     # to first step leaves the imports out; in a sweep's later jobs in one process they cost nothing.
@@ -195,7 +209,10 @@ def train_folds(
         to_train = [k for k in missing if k not in trained]
         held.enter_context(plan_for_other_ranks(resolved, run_dir, store.root, key, to_train))
         for k in to_train:
-            prepared = prepare_fold(run, inputs.train, *splits[k], cache)
+            pretrained = None
+            if sources is not None:
+                pretrained = pretrain_for_fold(run, sources, inputs, splits[k][1], cache, run_dir, group)
+            prepared = prepare_fold(run, inputs.train, *splits[k], cache, pretrained)
             logger = make_logger(
                 run.logger,
                 run_dir,
@@ -215,6 +232,7 @@ def train_folds(
                     store.training_state_dir(key, k),
                     callbacks=[progress.callback(k), progress.bar()],
                     validation=inputs.validation,
+                    pretrained=pretrained,
                 )
             except BaseException:  # Ctrl-C reaches here as Lightning's sys.exit(1)
                 finish_logger(logger, exit_code=1)
@@ -235,6 +253,36 @@ def train_folds(
                 raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job_start = time.perf_counter()  # the next fold's time to first step starts here
     return trained
+
+
+def pretrain_for_fold(
+    run: RunConfig, sources: PretrainSources, inputs: JobInputs, held_out, cache, run_dir: Path, group: str
+):
+    """The fold's pretrained encoder: found in the store, or pretrained now, with its own progress
+    line and its own W&B run in the job's group."""
+    from klue_tc.corpus import fold_corpus
+    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+    from klue_tc.pretraining import PretrainedStore, ensure_pretrained, pretrained_key
+    from klue_tc.progress import PretrainLine
+
+    corpus = fold_corpus(run, sources, inputs.train, held_out)
+    store, key = PretrainedStore(pretrained_root(run)), pretrained_key(run, corpus, inputs.tokenizer_identity)
+    line, wandb_run = PretrainLine(), None
+    if run.logger.name == LoggerKind.wandb and store.find(key) is None:
+        config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
+        wandb_run = open_wandb_run(
+            run.logger.wandb, run_dir, f"{run.experiment}-pretrain-{key}", group, "pretrain", config
+        )
+
+    def on_step(step: int, total: int, loss) -> None:
+        line(step, total, loss)
+        if wandb_run is not None and (step % run.trainer.log_every_n_steps == 0 or step == total):
+            wandb_run.log({"pretrain/mlm_loss": float(loss)}, step=step)
+
+    try:
+        return ensure_pretrained(run, corpus, store, cache, inputs.tokenizer_identity, on_step)
+    finally:
+        finish_wandb_run(wandb_run)
 
 
 def has_model(record: FoldResult) -> bool:

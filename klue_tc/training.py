@@ -37,6 +37,7 @@ from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
 from klue_tc.inference import encoded_probs, predict_probs
 from klue_tc.module import TopicClassifierModule, TrainingDiverged
+from klue_tc.pretraining import PretrainedEncoder, load_pretrained_encoder
 from klue_tc.records import (
     SELECTED_ON_INNER_SPLIT,
     EpochScores,
@@ -62,12 +63,21 @@ class PreparedFold:
 
 
 def prepare_fold(
-    run: RunConfig, data: LabelledTitles, train_idx: np.ndarray, val_idx: np.ndarray, cache: TokenizerCache
+    run: RunConfig,
+    data: LabelledTitles,
+    train_idx: np.ndarray,
+    val_idx: np.ndarray,
+    cache: TokenizerCache,
+    pretrained: Optional[PretrainedEncoder] = None,
 ) -> PreparedFold:
     """The tokenizer sees the fold's training titles only (the inner split's among them: unlabelled
-    text, and no title is scored on them); all titles are encoded once and cached."""
+    text, and no title is scored on them), or, after pretraining, the pretraining corpus: the
+    encoder's own; all titles are encoded once and cached."""
     train_part = data.subset(train_idx)
-    tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
+    if pretrained is not None:
+        tokenizer, key = pretrained.tokenizer, pretrained.tokenizer_key
+    else:
+        tokenizer, key = cache.tokenizer(run.tokenizer, train_part.texts, train_part.fingerprint())
     encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
     fit, inner = inner_split(train_part.labels, run.cv.inner_fraction, run.cv.seed)
     fit_idx, inner_idx = train_idx[fit], train_idx[inner]
@@ -134,11 +144,13 @@ def train_fold(
     state_dir: Path,
     callbacks: Sequence[L.Callback] = (),
     validation: Optional[LabelledTitles] = None,
+    pretrained: Optional[PretrainedEncoder] = None,
 ) -> Optional[FoldResult]:
     """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
     once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
     and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it. None on the other ranks of a multi-device fit."""
+    and run after the ones that make it. None on the other ranks of a multi-device fit.
+    With `pretrained`, the encoder starts from its weights."""
     started = time.perf_counter()
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
@@ -150,6 +162,8 @@ def train_fold(
         run.augment,
         prepared.label_names,
     )
+    if pretrained is not None:
+        load_pretrained_encoder(module.model, pretrained)
     if run.trainer.compile:
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
         # faster than one symbolic in the width, which any width would need.
@@ -232,6 +246,7 @@ def train_fold(
         precision=default_precision(run.trainer),
         device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
         threads=torch.get_num_threads(),
+        pretrained=pretrained.record() if pretrained is not None else None,
         validation=validation_score,
         inner_f1=monitor.best_inner_f1 if monitor.best_epoch >= 0 else None,
         inner_accuracy=monitor.best_inner_accuracy if monitor.best_epoch >= 0 else None,

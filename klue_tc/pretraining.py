@@ -1,0 +1,316 @@
+"""Self-pretraining: the encoder learns from unlabelled titles before a fold fine-tunes it.
+
+corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> masked-LM steps -> the encoder's weights and
+the tokenizer in a store beside the results store, keyed by everything that changes them, so every
+fold and configuration that shares the key finds them, and a second job trains nothing. A plain
+loop rather than Lightning: it resumes from the last saved step, not the last finished epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from klue_tc.config import RunConfig, keyed_settings
+from klue_tc.corpus import Corpus
+from klue_tc.data import NUM_CLASSES
+from klue_tc.datamodule import BucketBatchSampler, PaddedBatches
+from klue_tc.errors import ConfigError
+from klue_tc.files import atomic_write, atomic_write_json, exclusive_lock
+from klue_tc.fingerprint import code_version
+from klue_tc.hardware import default_precision, uses_gpu
+from klue_tc.models import build_classifier
+from klue_tc.models.encoder import Encoder
+from klue_tc.models.masked_lm import MaskedLMHead
+from klue_tc.module import TopicClassifierModule, _any_of, corrupt_picked, lr_lambda, pick_tokens, warmup_steps
+from klue_tc.tokenizers import EncodedTitles, SpecialIds, Tokenizer, TokenizerCache, load_tokenizer
+from klue_tc.tokenizers.cache import tokenizer_key
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE, STATE_FILE, META_FILE, TOKENIZER_DIR = "encoder.pt", "resume.pt", "pretrained.json", "tokenizer"
+BETAS = (0.9, 0.98)  # RoBERTa's: steadier than BERT's 0.999 with large batches and short warm-ups
+CLIP_NORM = 1.0
+MIN_WARMUP_STEPS = 8
+BUCKET_MULTIPLIER = 50
+StepHook = Callable[[int, int, torch.Tensor], None]  # (step done, total steps, loss) after each step
+
+
+@dataclass(frozen=True)
+class PretrainedEncoder:
+    key: str
+    path: Path  # the store's folder of this key
+    tokenizer: Tokenizer
+    tokenizer_key: str
+    meta: dict
+
+    @property
+    def weights(self) -> Path:
+        return self.path / WEIGHTS_FILE
+
+    def record(self) -> dict:
+        """What a fold record says about the encoder it started from."""
+        return {"key": self.key, "path": str(self.path.resolve()), **self.meta}
+
+
+def word_start_table(tokenizer: Tokenizer) -> torch.Tensor:
+    """Per piece id: does it begin a word (SentencePiece's '▁'; the specials count as starts)."""
+    processor = getattr(tokenizer, "processor", None)
+    if processor is None:
+        raise ConfigError(
+            f"pretrain.whole_word=true needs pieces that mark word starts (sentencepiece, kobert); "
+            f"the {tokenizer.kind} tokenizer's do not"
+        )
+    table = torch.tensor([processor.id_to_piece(i).startswith("▁") for i in range(tokenizer.vocab_size)])
+    table[list(asdict(tokenizer.specials).values())] = True
+    return table
+
+
+def pick_whole_words(
+    input_ids: torch.Tensor, specials: SpecialIds, starts: torch.Tensor, p: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Whole words picked with probability p: every piece takes the draw of its word's first piece."""
+    real = ~_any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
+    begins = starts[input_ids] | ~real
+    positions = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+    word_start = torch.where(begins, positions, 0).cummax(dim=1).values
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    return real & (draw.gather(1, word_start) < p)
+
+
+class MaskedLanguageModel(nn.Module):
+    """The classifier's encoder with a tied masked-LM head that scores only the picked positions."""
+
+    def __init__(self, encoder: Encoder, vocab_size: int, pad_id: int):
+        super().__init__()
+        self.encoder, self.pad_id = encoder, pad_id
+        self.head = MaskedLMHead(encoder.embeddings.tokens.embedding_dim, vocab_size)
+
+    def forward(self, shown: torch.Tensor, original: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        states = self.encoder(shown, shown.eq(self.pad_id)).flatten(0, 1)
+        where = picked.flatten()
+        targets = original.flatten().masked_fill(~where, -100)
+        # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
+        rows, targets = TopicClassifierModule._masked_rows(states, targets, where)
+        scores = self.head(rows, self.encoder.embeddings.tokens.weight)
+        return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
+
+
+def new_masked_lm(run: RunConfig, tokenizer: Tokenizer) -> MaskedLanguageModel:
+    """The encoder initialised exactly as a from-scratch classifier's (its parameters come first)."""
+    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
+    return MaskedLanguageModel(classifier.encoder, tokenizer.vocab_size, tokenizer.specials.pad)
+
+
+def pretrained_key(run: RunConfig, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
+    """Everything that changes the pretrained weights; where the corpus came from is not in it."""
+    settings = keyed_settings(run.pretrain)
+    for how_the_corpus_was_chosen in ("same_corpus_every_fold", "include_scored_titles"):
+        settings.pop(how_the_corpus_was_chosen)
+    payload = {
+        "pretrain": settings,
+        "encoder": keyed_settings(run.encoder),
+        "tokenizer": tokenizer_key(run.tokenizer, corpus.fingerprint),
+        "tokenizer_model": tokenizer_identity,
+        "corpus": corpus.fingerprint,
+        "pad_multiple": run.data.pad_multiple,
+        "seed": run.seed,
+        "precision": default_precision(run.trainer),
+        "code": asdict(code_version()),
+    }
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class PretrainedStore:
+    """One folder per key: the encoder's weights, its tokenizer and what made them; while it
+    trains, its resumable state."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def folder(self, key: str) -> Path:
+        return self.root / key
+
+    def find(self, key: str) -> Optional[PretrainedEncoder]:
+        folder = self.folder(key)
+        if not (folder / META_FILE).is_file():  # written last: its presence means all is there
+            return None
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        tokenizer = load_tokenizer(folder / TOKENIZER_DIR)
+        return PretrainedEncoder(key, folder, tokenizer, meta["tokenizer_key"], meta)
+
+    def claim(self, key: str):
+        return exclusive_lock(
+            self.folder(key) / "train.lock", f"pretrained encoder {key} is being trained by another job: waiting for it"
+        )
+
+
+def ensure_pretrained(
+    run: RunConfig,
+    corpus: Corpus,
+    store: PretrainedStore,
+    cache: TokenizerCache,
+    tokenizer_identity: Optional[str],
+    on_step: Optional[StepHook] = None,
+) -> PretrainedEncoder:
+    """The stored encoder for this corpus and config: found, or trained (resumed) and stored now."""
+    key = pretrained_key(run, corpus, tokenizer_identity)
+    found = store.find(key)
+    if found is None:
+        with store.claim(key):
+            found = store.find(key)  # an identical job may have finished it meanwhile
+            if found is None:
+                found = _train_and_store(run, corpus, key, store, cache, on_step)
+    else:
+        log.info("pretrained encoder %s found in %s: not trained again", key, store.root)
+    return found
+
+
+def _train_and_store(
+    run: RunConfig, corpus: Corpus, key: str, store: PretrainedStore, cache: TokenizerCache, on_step
+) -> PretrainedEncoder:
+    folder = store.folder(key)
+    tokenizer, tok_key = cache.tokenizer(run.tokenizer, corpus.texts, corpus.fingerprint)
+    encoded = cache.encoded(tokenizer, tok_key, corpus.texts, corpus.fingerprint)
+    started = time.perf_counter()
+    weights, steps, loss = pretrain_encoder(run, tokenizer, encoded, folder / STATE_FILE, on_step)
+    atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(weights, tmp))
+    shutil.rmtree(folder / TOKENIZER_DIR, ignore_errors=True)
+    tokenizer.save(folder / TOKENIZER_DIR)
+    meta = {
+        "objective": run.pretrain.objective,
+        "steps": steps,
+        "final_loss": loss,
+        "corpus_titles": len(corpus.texts),
+        "corpus_fingerprint": corpus.fingerprint,
+        "left_out_scored_titles": corpus.left_out,
+        "include_scored_titles": corpus.include_scored_titles,
+        "tokenizer_key": tok_key,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(folder / META_FILE, meta)
+    (folder / STATE_FILE).unlink(missing_ok=True)
+    log.info("pretrained encoder %s: %d steps, final MLM loss %.3f, stored in %s", key, steps, loss, folder)
+    return PretrainedEncoder(key, folder, tokenizer, tok_key, meta)
+
+
+def _optimizer(model: nn.Module, run: RunConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        # As in fine-tuning: norms, biases and embeddings are not decayed.
+        (no_decay if param.dim() < 2 or "embeddings" in name else decay).append(param)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": run.pretrain.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=run.pretrain.lr,
+        betas=BETAS,
+        foreach=True,
+    )
+
+
+def total_steps(run: RunConfig, titles: int) -> tuple[int, int]:
+    """(steps per epoch, steps in all)."""
+    per_epoch = math.ceil(titles / run.pretrain.batch_size)
+    return per_epoch, run.pretrain.max_steps or run.pretrain.epochs * per_epoch
+
+
+def pretrain_encoder(
+    run: RunConfig, tokenizer: Tokenizer, encoded: EncodedTitles, state_path: Path, on_step: Optional[StepHook] = None
+) -> tuple[dict, int, float]:
+    """Masked-LM steps over `encoded`; the resumable state is written to `state_path` every
+    `pretrain.save_every_steps` steps, and a run that finds one there goes on from it.
+    Returns the encoder's state dict (on the CPU), the steps taken and the last loss."""
+    cfg = run.pretrain
+    device = torch.device("cuda" if uses_gpu(run.trainer) else "cpu")
+    bf16 = "bf16" in default_precision(run.trainer)
+    torch.manual_seed(run.seed)
+    model = new_masked_lm(run, tokenizer).to(device)
+    optimizer = _optimizer(model, run)
+    per_epoch, total = total_steps(run, len(encoded))
+    warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
+    generator = torch.Generator(device).manual_seed(run.seed)
+    specials, vocab_size = tokenizer.specials, tokenizer.vocab_size
+    starts = word_start_table(tokenizer).to(device) if cfg.whole_word else None
+    step = _resume(state_path, model, optimizer, scheduler, generator)
+    batches = PaddedBatches(encoded, None, specials.pad, pad_multiple=run.data.pad_multiple)
+    sampler = BucketBatchSampler(
+        encoded.lengths, cfg.batch_size, shuffle=True, seed=run.seed, multiplier=BUCKET_MULTIPLIER
+    )
+    model.train()
+    loss = torch.tensor(float("nan"))
+    while step < total:
+        epoch, done_in_epoch = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for indices in itertools.islice(iter(sampler), done_in_epoch, None):
+            original = batches[indices]["input_ids"].to(device, non_blocking=True)
+            if starts is None:
+                picked = pick_tokens(original, specials, cfg.mask_p, 0, generator)
+            else:
+                picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
+            shown = corrupt_picked(original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = model(shown, original, picked)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if on_step is not None:
+                on_step(step, total, loss.detach())
+            if step == total:
+                break
+            if step % cfg.save_every_steps == 0:
+                _save_state(state_path, step, model, optimizer, scheduler, generator)
+    weights = {name: tensor.detach().cpu() for name, tensor in model.encoder.state_dict().items()}
+    return weights, step, float(loss.detach())
+
+
+def _save_state(path: Path, step: int, model, optimizer, scheduler, generator: torch.Generator) -> None:
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "generator": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> int:
+    """The step a saved state ends at (0 with none, or with one a kill left unreadable)."""
+    if not path.is_file():
+        return 0
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+    except Exception as err:  # cut short by a kill: start again
+        log.warning("pretraining state %s is unreadable (%s); pretraining from the start", path, type(err).__name__)
+        return 0
+    log.info("pretraining resumes after step %d, from %s", state["step"], path)
+    return state["step"]
+
+
+def load_pretrained_encoder(model: nn.Module, pretrained: PretrainedEncoder) -> None:
+    """The classifier's embeddings and encoder blocks from the stored weights (the head stays new)."""
+    model.encoder.load_state_dict(torch.load(pretrained.weights, map_location="cpu", weights_only=True))

@@ -1,0 +1,387 @@
+"""Self-pretraining: its config keeps old results keys, the masked-LM objective, the corpus that
+never holds a scored title, the store that trains a key once and resumes it, and fine-tuning from it."""
+
+import json
+import logging
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SHARED_KOBERT, TINY_MODEL, make_headlines, write_tsv
+from jobs import compose_job, run_cli, run_in_process
+from klue_tc import pretraining
+from klue_tc.config import validate
+from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
+from klue_tc.data import LabelledTitles, read_unlabelled_file
+from klue_tc.errors import ConfigError, DataError
+from klue_tc.module import MLM_ROW_BUCKET, TopicClassifierModule, corrupt_picked, pick_tokens
+from klue_tc.pretraining import (
+    MaskedLanguageModel,
+    PretrainedStore,
+    ensure_pretrained,
+    load_pretrained_encoder,
+    new_masked_lm,
+    pick_whole_words,
+    pretrain_encoder,
+    word_start_table,
+)
+from klue_tc.results import config_hash
+from klue_tc.tokenizers import EncodedTitles, SpecialIds, TokenizerCache, fit_tokenizer
+
+SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+ENCODERS = ["transformer", "trans_blstm", "trans_blstm_parallel", "cnn"]
+
+
+def run_config(tmp_path, *overrides):
+    tiny = TINY_MODEL
+    if any(o.startswith("tokenizer=") and o != "tokenizer=sentencepiece" for o in overrides):
+        tiny = [o for o in TINY_MODEL if not o.startswith("tokenizer.vocab_size")]  # a fitted vocabulary's key
+    return validate(compose_job([*tiny, "logger=none", *overrides], tmp_path / "run"))
+
+
+def fold_corpus_from(texts):
+    return Corpus(list(texts), text_fingerprint(texts), 0, False)
+
+
+# Keys computed by the code before the pretrain group existed, for the same configurations.
+KEYS_BEFORE_PRETRAINING = {"transformer": "cd9d19807d7e", "trans_blstm": "a565d202e271", "cnn": "e7d6c79de98d"}
+
+
+@pytest.mark.parametrize("experiment", sorted(KEYS_BEFORE_PRETRAINING))
+def test_pretrain_none_keeps_the_results_key_and_mlm_changes_it(tmp_path, experiment):
+    default = validate(compose_job([f"+experiment={experiment}", "data.limit=300"], tmp_path / "a"))
+    assert default.pretrain.objective == "none"
+    assert config_hash(default, "data", "32-true") == KEYS_BEFORE_PRETRAINING[experiment]
+    mlm = validate(compose_job([f"+experiment={experiment}", "data.limit=300", "pretrain=mlm"], tmp_path / "b"))
+    assert config_hash(mlm, "data", "32-true") != KEYS_BEFORE_PRETRAINING[experiment]
+
+
+def test_a_bad_pretrain_value_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="pretrain.mask_p must be in"):
+        run_config(tmp_path, "pretrain=mlm", "pretrain.mask_p=1.5")
+
+
+def titles_as_ids(rows: int, length: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (rows, length), generator=generator)
+    ids[:, 0], ids[:, -1] = SPECIALS.cls, SPECIALS.sep
+    return ids
+
+
+def test_mlm_corruption_follows_bert_80_10_10_on_a_large_draw():
+    ids = titles_as_ids(2000, 40, 30000)
+    generator = torch.Generator().manual_seed(1)
+    picked = pick_tokens(ids, SPECIALS, 0.15, 0, generator)
+    shown = corrupt_picked(ids, picked, SPECIALS, 30000, 0.1, 0.1, generator)
+    real = ids.ne(SPECIALS.cls) & ids.ne(SPECIALS.sep)
+    assert not picked[~real].any()
+    assert picked[real].float().mean().item() == pytest.approx(0.15, abs=0.005)
+    assert torch.equal(shown[~picked], ids[~picked])  # only picked tokens change
+    masked = shown[picked].eq(SPECIALS.mask).float().mean().item()
+    kept = shown[picked].eq(ids[picked]).float().mean().item()
+    replaced = 1.0 - masked - kept
+    assert (masked, replaced, kept) == pytest.approx((0.8, 0.1, 0.1), abs=0.01)
+
+
+def test_the_masked_lm_loss_is_computed_at_the_picked_positions_only(tmp_path, monkeypatch):
+    run = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm")
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=20)])
+    torch.manual_seed(0)
+    model = new_masked_lm(run, tokenizer).eval()
+    ids = titles_as_ids(8, 12, tokenizer.vocab_size)
+    picked = pick_tokens(ids, tokenizer.specials, 0.2, 0, torch.Generator().manual_seed(0))
+    rows_seen = []
+    head_forward = model.head.forward
+
+    def spy(states, embedding):
+        rows_seen.append(len(states))
+        return head_forward(states, embedding)
+
+    monkeypatch.setattr(model.head, "forward", spy)
+    loss = model(ids, ids, picked)
+    masked = int(picked.sum())
+    # The vocabulary projection runs on the gathered rows (rounded up to a bucket), not every position.
+    assert rows_seen == [-(-masked // MLM_ROW_BUCKET) * MLM_ROW_BUCKET] and rows_seen[0] < ids.numel() + MLM_ROW_BUCKET
+    states = model.encoder(ids, ids.eq(model.pad_id))
+    scores = head_forward(states[picked], model.encoder.embeddings.tokens.weight)
+    expected = torch.nn.functional.cross_entropy(scores.float(), ids[picked])
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_whole_word_masking_picks_every_piece_of_a_word_together(tmp_path):
+    run = run_config(tmp_path, "+experiment=transformer")
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=20)])
+    starts = word_start_table(tokenizer)
+    encoded = tokenizer.encode([t for _, t in make_headlines(per_class=40, seed=5)])
+    width = max(map(len, encoded))
+    ids = torch.tensor([e + [tokenizer.specials.pad] * (width - len(e)) for e in encoded])
+    picked = pick_whole_words(ids, tokenizer.specials, starts, 0.3, torch.Generator().manual_seed(0))
+    assert picked.any()
+    continuation = ~starts[ids] & ids.ne(tokenizer.specials.pad)
+    # A piece inside a word is picked exactly when the piece before it is.
+    inside = continuation[:, 1:]
+    assert torch.equal(picked[:, 1:][inside], picked[:, :-1][inside])
+
+
+def test_whole_word_masking_needs_word_marks(tmp_path):
+    run = run_config(tmp_path, "+experiment=transformer", "tokenizer=mecab")
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=5)])
+    with pytest.raises(ConfigError, match="whole_word"):
+        word_start_table(tokenizer)
+
+
+def labelled(texts):
+    return LabelledTitles(list(texts), np.arange(len(texts)) % 7, "test")
+
+
+def test_the_corpus_never_holds_a_scored_title_unless_asked(tmp_path):
+    rows = [f"제목 {i} 소식" for i in range(40)]
+    job = labelled(rows[:20])  # data.limit's labelled subsample; rows[20:] are the file's unlabelled rest
+    validation = ["검증 제목 하나", "제목 25 소식"]  # the second is also in the training file
+    sources = PretrainSources(rows, ["추가 말뭉치 제목"], validation)
+    held_out = np.arange(0, 20, 4)
+    run = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm")
+    corpus = fold_corpus(run, sources, job, held_out)
+    scored = {normalised(job.texts[i]) for i in held_out} | {normalised(v) for v in validation}
+    assert scored.isdisjoint(normalised(t) for t in corpus.texts)
+    assert "제목 1 소식" in corpus.texts and "제목 30 소식" in corpus.texts and "추가 말뭉치 제목" in corpus.texts
+    # Matched by normalised text: other spacing or width is the same title.
+    spaced = PretrainSources(["제목  0   소식", "ＡＢＣ 뉴스"], [], ["abc 뉴스"])
+    with pytest.raises(ConfigError, match="corpus is empty"):
+        fold_corpus(run, spaced, job, held_out)
+    opted_in = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "pretrain.include_scored_titles=true")
+    everything = fold_corpus(opted_in, sources, job, held_out)
+    assert everything.include_scored_titles and scored <= {normalised(t) for t in everything.texts}
+
+
+def test_one_corpus_for_every_fold_leaves_out_every_labelled_title(tmp_path):
+    rows = [f"제목 {i} 소식" for i in range(40)]
+    job = labelled(rows[:20])
+    sources = PretrainSources(rows, [], [])
+    run = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "pretrain.same_corpus_every_fold=true")
+    corpora = [fold_corpus(run, sources, job, np.arange(k, 20, 3)) for k in range(3)]
+    assert corpora[0].fingerprint == corpora[1].fingerprint == corpora[2].fingerprint
+    assert corpora[0].texts == rows[20:]
+
+
+def test_gather_sources_reads_the_rest_of_the_file_and_the_corpus_files(tmp_path):
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10))
+    extra = tmp_path / "extra.txt"
+    extra.write_text("첫째 제목\n\n둘째 제목\n", encoding="utf-8")
+    run = run_config(
+        tmp_path,
+        "+experiment=transformer",
+        "pretrain=mlm",
+        f"data.path={data}",
+        "data.limit=21",
+        f"pretrain.corpus=[{extra}]",
+    )
+    sources = gather_sources(run, labelled(["x"] * 21), None)
+    assert len(sources.file_titles) == 70 and sources.extra_titles == ["첫째 제목", "둘째 제목"]
+
+
+def test_a_bad_corpus_file_is_one_line(tmp_path):
+    with pytest.raises(DataError, match="missing.txt: file not found"):
+        read_unlabelled_file(tmp_path / "missing.txt")
+    (tmp_path / "blank.txt").write_text("\n \n")
+    with pytest.raises(DataError, match="blank.txt: file is empty"):
+        read_unlabelled_file(tmp_path / "blank.txt")
+
+
+def tiny_pretraining(tmp_path, *overrides):
+    run = run_config(
+        tmp_path, "pretrain=mlm", "pretrain.batch_size=16", "encoder.layers=1", "trainer.precision=32-true", *overrides
+    )
+    texts = [t for _, t in make_headlines(per_class=10)]
+    return run, fold_corpus_from(texts)
+
+
+def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    first = ensure_pretrained(run, corpus, store, cache, None)
+    assert first.meta["steps"] == 2 and first.weights.is_file()
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(pretraining, "pretrain_encoder", must_not_train)
+    again = ensure_pretrained(run, corpus, store, cache, None)
+    assert again.key == first.key and again.path == first.path
+    other_seed = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "seed=7")
+    assert pretraining.pretrained_key(other_seed, corpus, None) != first.key
+
+
+def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path, monkeypatch):
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    key = pretraining.pretrained_key(run, corpus, None)
+    train_and_store = pretraining._train_and_store
+    trained = []
+
+    def counted(*args, **kwargs):
+        trained.append(threading.current_thread().name)
+        return train_and_store(*args, **kwargs)
+
+    monkeypatch.setattr(pretraining, "_train_and_store", counted)
+    found = {}
+    second = threading.Thread(
+        target=lambda: found.setdefault("encoder", ensure_pretrained(run, corpus, store, cache, None)), name="second"
+    )
+    with store.claim(key):  # the first job holds the key while it trains
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive()  # waiting for the lock, not training
+        first = pretraining._train_and_store(run, corpus, key, store, cache, None)
+    second.join(timeout=60)
+    assert not second.is_alive() and trained == ["MainThread"]
+    assert found["encoder"].key == first.key and found["encoder"].meta == first.meta
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog):
+    run, corpus = tiny_pretraining(
+        tmp_path, "+experiment=transformer", "pretrain.max_steps=6", "pretrain.save_every_steps=2"
+    )
+    tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
+    whole, steps, _ = pretrain_encoder(run, tokenizer, encoded, tmp_path / "uninterrupted.pt")
+    assert steps == 6
+
+    def kill_after_step_3(step, total, loss):
+        if step == 3:
+            raise Killed
+
+    state = tmp_path / "resume.pt"
+    with pytest.raises(Killed):
+        pretrain_encoder(run, tokenizer, encoded, state, kill_after_step_3)
+    assert torch.load(state, weights_only=False)["step"] == 2
+    taken = []
+    with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
+        resumed, steps, _ = pretrain_encoder(
+            run, tokenizer, encoded, state, lambda step, total, loss: taken.append(step)
+        )
+    assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and steps == 6
+    for name, tensor in whole.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_path, encoder):
+    run, corpus = tiny_pretraining(tmp_path, f"+experiment={encoder}", "pretrain.max_steps=3")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    stored = ensure_pretrained(run, corpus, store, cache, None)
+    weights = torch.load(stored.weights, weights_only=True)
+    torch.manual_seed(run.seed)
+    initial = new_masked_lm(run, stored.tokenizer).encoder.state_dict()
+    changed = [name for name in weights if not torch.equal(weights[name], initial[name])]
+    assert any("sublayers.1" in name for name in changed)  # the FFN / BLSTM / conv sublayer learned too
+    module = TopicClassifierModule.from_configs(
+        stored.tokenizer.vocab_size, stored.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+    )
+    load_pretrained_encoder(module.model, stored)
+    loaded = module.model.encoder.state_dict()
+    assert loaded.keys() == weights.keys()
+    assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+
+
+@pytest.mark.parametrize("tokenizer", ["mecab", "kobert"])
+def test_every_tokenizer_pretrains(tmp_path, tokenizer):
+    extra = []
+    if tokenizer == "kobert":
+        if not SHARED_KOBERT.exists():
+            pytest.skip("../shared/models/kobert-base-v1/spiece.model is not present")
+        extra = [f"tokenizer.model_path={SHARED_KOBERT}"]
+    run, corpus = tiny_pretraining(
+        tmp_path, "+experiment=transformer", f"tokenizer={tokenizer}", *extra, "pretrain.max_steps=2"
+    )
+    stored = ensure_pretrained(run, corpus, PretrainedStore(tmp_path / "p"), TokenizerCache(tmp_path / "cache"), None)
+    assert stored.meta["steps"] == 2 and stored.tokenizer.kind == tokenizer
+
+
+def test_masked_language_model_keeps_the_classifier_encoder_init(tmp_path):
+    """The pretraining encoder starts where a from-scratch classifier's would."""
+    run = run_config(tmp_path, "+experiment=transformer")
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=5)])
+    torch.manual_seed(run.seed)
+    model = new_masked_lm(run, tokenizer)
+    torch.manual_seed(run.seed)
+    module = TopicClassifierModule.from_configs(
+        tokenizer.vocab_size, tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+    )
+    assert isinstance(model, MaskedLanguageModel)
+    for name, tensor in model.encoder.state_dict().items():
+        assert torch.equal(tensor, module.model.encoder.state_dict()[name])
+
+
+@pytest.mark.slow
+def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path):
+    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
+    validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=3, seed=9))
+    run_dir = tmp_path / "run"
+    common = [
+        "+experiment=transformer",
+        f"data.path={data}",
+        f"data.validation_path={validation}",
+        "data.limit=63",
+        f"results.dir={tmp_path / 'results'}",
+        "logger=none",
+        *TINY_MODEL,
+        "encoder.layers=1",
+        "cv.folds=3",
+        "trainer.max_epochs=1",
+        "pretrain=mlm",
+        "pretrain.same_corpus_every_fold=true",
+        "pretrain.max_steps=3",
+        "pretrain.batch_size=16",
+    ]
+    run_in_process(common, run_dir)
+    stored = list((tmp_path / "pretrained").iterdir())
+    assert len(stored) == 1  # three folds, one corpus: one pretrained encoder
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    records = [fold["pretrained"] for fold in metrics["folds"]]
+    assert {r["key"] for r in records} == {stored[0].name} and not records[0]["include_scored_titles"]
+    assert records[0]["corpus_titles"] == 98 - 63  # the file's titles that are not labelled (none repeat one)
+    # A second sweep over the same key: the results are found and nothing trains.
+    run_in_process([*common, "results.resume=false"], tmp_path / "run2")
+    assert len(list((tmp_path / "pretrained").iterdir())) == 1
+
+
+@pytest.mark.slow
+def test_the_command_line_pretrains_then_fine_tunes_and_logs_pretraining_as_its_own_run(tmp_path, tiny_tsv):
+    validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=3, seed=7))
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        [
+            "+experiment=trans_blstm",
+            f"data.path={tiny_tsv}",
+            f"data.validation_path={validation}",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=1",
+            "encoder.layers=1",
+            f"results.dir={tmp_path / 'results'}",
+            *TINY_MODEL,
+            "pretrain=mlm",
+            "pretrain.epochs=2",
+            "pretrain.batch_size=16",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"pretraining step (\d+)/\1: MLM loss \d+\.\d{3} \| elapsed", done.stdout + done.stderr)
+    fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
+    stored = Path(fold["pretrained"]["path"])
+    assert stored.parent == tmp_path / "pretrained" and (stored / "encoder.pt").is_file()
+    assert fold["pretrained"]["steps"] == 2 * -(-fold["pretrained"]["corpus_titles"] // 16)
+    payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
+    pretrain_runs = [p for p in payloads if b"pretrain/mlm_loss" in p]
+    assert len(pretrain_runs) == 1 and f"trans_blstm-{fold['config_hash']}".encode() in pretrain_runs[0]
