@@ -209,8 +209,12 @@ def test_the_quickstart_runs_as_written_offline(tmp_path):
     they train on the bundled split, then report and predict read what they wrote."""
     quickstart = README.split("## Quickstart (offline)")[1].split("\n## ")[0]
     commands = [shlex.split(line.strip(), comments=True) for line in quickstart.splitlines() if line.startswith("    ")]
-    commands = [c for c in commands if c and c[0] in ("python", "make")]
+    # `make test` and `make lint` are the suite itself: CI runs them
+    commands = [
+        c for c in commands if c and c[0] in ("python", "make") and c[:2] not in (["make", "test"], ["make", "lint"])
+    ]
     assert [c[:3] for c in commands] == [
+        ["python", "-m", "klue_tc"],
         ["python", "-m", "klue_tc"],
         ["python", "-m", "klue_tc"],
         ["make", "report", "DIR=outputs/runs/transformer"],

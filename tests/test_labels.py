@@ -151,7 +151,7 @@ def test_a_three_class_run_trains_records_and_predicts_its_own_labels(tmp_path, 
     assert metrics["label_names"] == ["긍정", "부정", "중립"]
     assert list(metrics["validation_per_class_f1"]) == ["긍정", "부정", "중립"]
     assert len(metrics["validation_confusion_matrix"]) == 3
-    checkpoint = torch.load(metrics["folds"][0]["checkpoint"], map_location="cpu", weights_only=False)
+    checkpoint = torch.load(run_dir / metrics["folds"][0]["checkpoint"], map_location="cpu", weights_only=False)
     assert checkpoint["hyper_parameters"]["label_names"] == ["긍정", "부정", "중립"]
 
     predictions = predict_titles(run_dir, ["최고의 영화 연출", "지루한 결말 음악"])
