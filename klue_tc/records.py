@@ -47,6 +47,17 @@ class Describe:
     layers: int
     head: str
     tokenizer: str
+    pretrain: str = "none"  # the self-pretraining objective the encoder started from
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """How big the classifier is (klue_tc/model_size.py counts it)."""
+
+    embedding_params: int  # token and position tables: they grow with the vocabulary, not the design
+    non_embedding_params: int  # the blocks and the head
+    forward_flops_per_title: float  # one forward pass over a title of `title_length` tokens
+    title_length: int  # the median length of the fold's scored titles, in tokens
 
 
 @dataclass
@@ -90,7 +101,9 @@ class TitlePredictions:
     index: np.ndarray  # each title's row: in the job's training titles (the scored fold) or the validation file
     label: np.ndarray  # its true class
     predicted: np.ndarray  # the class predicted, from the full-precision probabilities
-    probs: np.ndarray  # (titles, classes), float16: ample for resampling, a quarter of float64's size
+    # (titles, classes), float16: ample for resampling, a quarter of float64's size; None where only
+    # the classes were kept (the compact file a study commits)
+    probs: Optional[np.ndarray] = None
 
     @classmethod
     def of(cls, index: np.ndarray, label: np.ndarray, probs: np.ndarray) -> TitlePredictions:
@@ -110,12 +123,15 @@ class FoldPredictions:
     scored: TitlePredictions
     validation: Optional[TitlePredictions] = None
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, with_probs: bool = True) -> None:
+        """Without `with_probs`, the classes alone: a few kB a fold, small enough for git."""
+        names = ("index", "label", "predicted", "probs") if with_probs else ("index", "label", "predicted")
         arrays = {
             f"{part}_{name}": getattr(titles, name)
             for part, titles in (("scored", self.scored), ("validation", self.validation))
             if titles is not None
-            for name in ("index", "label", "predicted", "probs")
+            for name in names
+            if getattr(titles, name) is not None
         }
 
         def write(tmp: Path) -> None:
@@ -128,7 +144,10 @@ class FoldPredictions:
     def load(cls, path: Path) -> FoldPredictions:
         with np.load(path) as stored:
             parts = {
-                part: TitlePredictions(*(stored[f"{part}_{name}"] for name in ("index", "label", "predicted", "probs")))
+                part: TitlePredictions(
+                    *(stored[f"{part}_{name}"] for name in ("index", "label", "predicted")),
+                    stored[f"{part}_probs"] if f"{part}_probs" in stored else None,
+                )
                 for part in ("scored", "validation")
                 if f"{part}_index" in stored
             }
@@ -168,6 +187,7 @@ class FoldResult:
     inner_size: int = 0
     selected_on: str = SELECTED_ON_SCORED_FOLD
     learning_curve: list[EpochScores] = field(default_factory=list)
+    model_size: Optional[ModelSize] = None  # records of older code lack it
     # Not in the JSON: the results store saves and loads it beside the record.
     predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 
@@ -202,7 +222,12 @@ class FoldResult:
     def from_dict(cls, payload: dict) -> FoldResult:
         known = {f.name for f in fields(cls)} - {"predictions"}
         values = {k: v for k, v in payload.items() if k in known}
-        for key, kind in (("describe", Describe), ("code", CodeVersion), ("validation", ValidationScore)):
+        for key, kind in (
+            ("describe", Describe),
+            ("code", CodeVersion),
+            ("validation", ValidationScore),
+            ("model_size", ModelSize),
+        ):
             if isinstance(values.get(key), dict):
                 values[key] = kind(**values[key])
         values["learning_curve"] = [EpochScores(**epoch) for epoch in values.get("learning_curve", [])]
@@ -256,7 +281,7 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, payload: dict) -> RunResult:
-        describe = Describe(**{f.name: payload[f.name] for f in fields(Describe)})
+        describe = Describe(**{f.name: payload[f.name] for f in fields(Describe) if f.name in payload})
         return cls(
             describe,
             payload["config_hash"],

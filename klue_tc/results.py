@@ -67,6 +67,12 @@ class ResultsStore:
         """The record's per-title predictions, beside it: fold<k>.predictions.npz."""
         return record_path.with_suffix(".predictions.npz")
 
+    @staticmethod
+    def predicted_classes_path(record_path: Path) -> Path:
+        """The same without the probabilities, a few kB: what a committed study keeps (the full
+        file is git-ignored) and the report's title-resampling intervals need."""
+        return record_path.with_suffix(".predicted.npz")
+
     def read(self, key: str, fold: int) -> Optional[FoldResult]:
         """The stored record, or None; a damaged one (cut short by a crash or a full disk) is
         reported in one line and moved aside, so the fold trains again."""
@@ -83,10 +89,12 @@ class ResultsStore:
     def _load(self, path: Path) -> FoldResult:
         """The record with its predictions where they were saved (older records have none)."""
         record = FoldResult.load(path).resolved_against(path.parent)
-        predictions = self.predictions_path(path)
-        if predictions.is_file():
+        for predictions in (self.predictions_path(path), self.predicted_classes_path(path)):
+            if not predictions.is_file():
+                continue
             try:
                 record.predictions = FoldPredictions.load(predictions)
+                break
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # the scores stand alone
                 log.warning("damaged predictions %s skipped (%s)", predictions, type(err).__name__)
         return record
@@ -120,11 +128,13 @@ class ResultsStore:
                 link_or_copy(Path(record.checkpoint), checkpoint)
                 link_or_copy_tree(Path(record.tokenizer_dir), model_dir / "tokenizer")
             record = replace(record, checkpoint=str(checkpoint), tokenizer_dir=str(model_dir / "tokenizer"))
-        predictions = self.predictions_path(path)
+        predictions, classes = self.predictions_path(path), self.predicted_classes_path(path)
         if record.predictions is not None:  # first: a record is never without the predictions it had
             record.predictions.save(predictions)
+            record.predictions.save(classes, with_probs=False)
         else:  # a retrained fold's record must not meet its predecessor's predictions
             predictions.unlink(missing_ok=True)
+            classes.unlink(missing_ok=True)
         record.relative_to(path.parent).save(path)
         if config is not None and not (self.root / key / CONFIG_FILE).is_file():
             text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

@@ -46,7 +46,13 @@ def results_root(run: RunConfig) -> Path:
 
 def describe(run: RunConfig) -> Describe:
     return Describe(
-        run.experiment, run.encoder.name, run.encoder.ln.value, run.encoder.layers, run.head.name, run.tokenizer.name
+        run.experiment,
+        run.encoder.name,
+        run.encoder.ln.value,
+        run.encoder.layers,
+        run.head.name,
+        run.tokenizer.name,
+        run.pretrain.objective,
     )
 
 

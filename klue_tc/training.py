@@ -36,6 +36,7 @@ from klue_tc.evaluate import score_predictions
 from klue_tc.files import reporting_full_disk
 from klue_tc.hardware import default_precision, device_name
 from klue_tc.inference import encoded_probs, predict_probs
+from klue_tc.model_size import measure
 from klue_tc.module import TopicClassifierModule, TrainingDiverged
 from klue_tc.pretraining import PretrainedEncoder, load_pretrained_encoder
 from klue_tc.records import (
@@ -255,6 +256,11 @@ def train_fold(
         learning_curve=[EpochScores(**point) for point in monitor.curve],
         predictions=predictions,
         diverged=diverged,
+        model_size=measure(
+            getattr(module.model, "_orig_mod", module.model),  # the eager model under a torch.compile wrapper
+            prepared.val.encoded.lengths,
+            int(prepared.val.encoded.ids[0]) if len(prepared.val.encoded.ids) else prepared.tokenizer.specials.cls,
+        ),
     )
     if diverged is not None:  # its weights are not a model: no score, left out of every mean
         result.f1 = result.accuracy = float("nan")

@@ -90,6 +90,23 @@ def test_the_store_saves_and_loads_predictions_beside_the_record(tmp_path):
     # A fold trained again without predictions does not keep its predecessor's.
     store.put("key", 0, small_record())
     assert store.read("key", 0).predictions is None and not (tmp_path / "key" / "fold0.predictions.npz").exists()
+    assert not (tmp_path / "key" / "fold0.predicted.npz").exists()
+
+
+def test_a_store_with_only_the_committed_classes_still_gives_per_title_predictions(tmp_path):
+    # A study commits fold<k>.predicted.npz (a few kB) and ignores the probabilities' file: a fresh
+    # clone's report resamples titles from the classes alone.
+    store = ResultsStore(tmp_path)
+    predictions = some_predictions(np.random.default_rng(1))
+    store.put("key", 0, small_record(predictions=predictions))
+    full, classes = tmp_path / "key" / "fold0.predictions.npz", tmp_path / "key" / "fold0.predicted.npz"
+    assert classes.stat().st_size < full.stat().st_size
+    full.unlink()
+    loaded = store.read("key", 0).predictions
+    for part in ("scored", "validation"):
+        for name in ("index", "label", "predicted"):
+            assert np.array_equal(getattr(getattr(predictions, part), name), getattr(getattr(loaded, part), name))
+        assert getattr(loaded, part).probs is None
 
 
 def test_predicted_classes_come_from_the_full_precision_probabilities():

@@ -1,0 +1,72 @@
+"""How big a classifier is, so that a report can tell a better design from a bigger one.
+
+Parameters are split into the embedding tables (which grow with the tokenizer's vocabulary, not with
+the design) and the rest; FLOPs are counted by torch's flop counter on a forward pass over titles of
+the job's typical length (matrix products, convolutions and attention), plus the recurrent layers'
+matrix products, which the counter does not see inside the fused LSTM/GRU kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from klue_tc.records import ModelSize
+
+
+def parameter_counts(model: nn.Module) -> tuple[int, int]:
+    """(embedding, non-embedding) parameter counts; a tied table counts once."""
+    seen: set[int] = set()
+    embedding = 0
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and id(module.weight) not in seen:
+            seen.add(id(module.weight))
+            embedding += module.weight.numel()
+    # Position tables kept as bare parameters (not nn.Embedding) are embeddings too.
+    for name, param in model.named_parameters():
+        if "positions" in name and id(param) not in seen:
+            seen.add(id(param))
+            embedding += param.numel()
+    total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return embedding, total - embedding
+
+
+GATES = {nn.LSTM: 4, nn.GRU: 3, nn.RNN: 1}
+
+
+def recurrent_flops(rnn: nn.RNNBase, tokens: int) -> float:
+    """The input and hidden matrix products of every gate, layer and direction over `tokens` steps."""
+    gates = GATES[type(rnn)] if type(rnn) in GATES else 1
+    directions = 2 if rnn.bidirectional else 1
+    hidden, flops = rnn.hidden_size, 0.0
+    for layer in range(rnn.num_layers):
+        inputs = rnn.input_size if layer == 0 else hidden * directions
+        flops += 2.0 * gates * hidden * (inputs + hidden) * directions * tokens
+    return flops
+
+
+def forward_flops(model: nn.Module, input_ids: torch.Tensor) -> float:
+    """FLOPs of one forward pass over `input_ids` (batch, length) with no padding: counted by torch,
+    plus every recurrent layer's run over every token (the BLSTM blocks call the fused kernel
+    directly, which neither the counter nor a module hook sees)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids)
+    finally:
+        model.train(was_training)
+    tokens = input_ids.numel()
+    recurrent = sum(recurrent_flops(m, tokens) for m in model.modules() if isinstance(m, nn.RNNBase))
+    return float(counter.get_total_flops()) + recurrent
+
+
+def measure(model: nn.Module, lengths: np.ndarray, token_id: int, titles: int = 8) -> ModelSize:
+    """The model's size, its FLOPs counted on `titles` titles of the median length in `lengths`."""
+    length = max(1, int(np.median(lengths))) if len(lengths) else 1
+    device = next(model.parameters()).device
+    input_ids = torch.full((titles, length), token_id, dtype=torch.long, device=device)
+    embedding, rest = parameter_counts(model)
+    return ModelSize(embedding, rest, forward_flops(model, input_ids) / titles, length)
