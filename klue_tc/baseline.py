@@ -1,16 +1,19 @@
-"""The TF-IDF character n-gram + linear SVM baseline: the bar every neural encoder has to clear."""
+"""The linear baselines every neural encoder has to clear: TF-IDF character n-grams + a linear SVM,
+and NB-SVM (klue_tc/nbsvm.py) on binarised character n-grams; both scored on a run's own folds."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.svm import LinearSVC
 
 from klue_tc.config import CVConfig, DataConfig
+from klue_tc.nbsvm import NBSVM
 
 # Character 1-3-grams within words, tf damped, n-grams seen at least twice, C=0.5: the settings that
 # scored best of those measured on a held-out tenth of train (docs/full-training.md), about +0.4
@@ -18,6 +21,53 @@ from klue_tc.config import CVConfig, DataConfig
 CHAR_NGRAM_TFIDF = {"analyzer": "char_wb", "ngram_range": (1, 3), "sublinear_tf": True}
 # The C values each fold chooses from on its inner split, around the 0.5 measured best.
 C_GRID = (0.125, 0.25, 0.5, 1.0, 2.0)
+# NB-SVM's features are the same character 1-3-grams, binarised (the paper's indicators), each
+# scaled by a log-count ratio of a few units: its C sits far lower than TF-IDF's. Each fold chooses
+# (C, beta) on its inner split: beta 0.25 is the paper's interpolation, 1 the plain SVM on NB features.
+NBSVM_GRID = tuple((c, beta) for beta in (0.25, 1.0) for c in (0.001, 0.003, 0.01, 0.03))
+
+
+@dataclass(frozen=True)
+class LinearBaseline:
+    """A linear baseline: its features, its classifier for one setting (C, or NB-SVM's (C, beta)),
+    the settings a fold chooses from on its inner split, and the one used where runs chose on the
+    scored fold."""
+
+    name: str  # as the report names it
+    vectorizer: Callable[[], Any]
+    classifier: Callable[[Any], Any]
+    c_grid: tuple
+    default_c: Any
+    cache_file: str  # its scores' cache in the report's folder
+    setting_name: str = "C"
+
+    def pipeline(self, C: Any = None) -> Pipeline:
+        return make_pipeline(self.vectorizer(), self.classifier(self.default_c if C is None else C))
+
+    def describe(self, setting: Any) -> str:
+        if isinstance(setting, (list, tuple)):
+            return "/".join(f"{v:g}" for v in setting)
+        return f"{setting:g}"
+
+
+TFIDF_SVM = LinearBaseline(
+    "TF-IDF char 1-3-grams + linear SVM",
+    lambda: TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2),
+    lambda c: LinearSVC(C=c),
+    C_GRID,
+    0.5,
+    "baseline.json",
+)
+NB_SVM = LinearBaseline(
+    "NB-SVM, char 1-3-grams (Wang & Manning 2012)",
+    lambda: CountVectorizer(analyzer="char_wb", ngram_range=(1, 3), min_df=2, binary=True),
+    lambda setting: NBSVM(C=setting[0], beta=setting[1]),
+    NBSVM_GRID,
+    (0.003, 0.25),
+    "nbsvm.json",
+    "C/beta",
+)
+BASELINES = (TFIDF_SVM, NB_SVM)
 
 
 def baseline_pipeline(untuned: bool = False, C: float = 0.5) -> Pipeline:
@@ -27,22 +77,27 @@ def baseline_pipeline(untuned: bool = False, C: float = 0.5) -> Pipeline:
 
 
 def fit_choosing_c(
-    texts: Sequence[str], labels: np.ndarray, inner_fraction: float, seed: int, grid: Sequence[float] = C_GRID
+    texts: Sequence[str],
+    labels: np.ndarray,
+    inner_fraction: float,
+    seed: int,
+    grid: Optional[Sequence[float]] = None,
+    baseline: LinearBaseline = TFIDF_SVM,
 ) -> tuple[Pipeline, dict]:
     """The baseline as the neural models are chosen: trained on a training fold less its inner split
-    (the same titles as theirs, for the same `inner_fraction` and cv seed), C chosen from `grid` by
-    the inner split's macro-F1. The model, and {C, inner_f1}."""
+    (the same titles as theirs, for the same `inner_fraction` and cv seed), C chosen from `grid`
+    (default: the baseline's) by the inner split's macro-F1. The model, and {C, inner_f1}."""
     from sklearn.metrics import f1_score
 
     from klue_tc.data import inner_split
 
     fit, inner = inner_split(labels, inner_fraction, seed)
-    vectorizer = TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2)
+    vectorizer = baseline.vectorizer()
     fit_features = vectorizer.fit_transform([texts[i] for i in fit])  # the same for every C: fit once
     inner_features = vectorizer.transform([texts[i] for i in inner])
     best_f1, best_c, best_svm = float("-inf"), None, None
-    for c in grid:
-        svm = LinearSVC(C=c).fit(fit_features, labels[fit])
+    for c in baseline.c_grid if grid is None else grid:
+        svm = baseline.classifier(c).fit(fit_features, labels[fit])
         f1 = float(f1_score(labels[inner], svm.predict(inner_features), average="macro"))
         if f1 > best_f1:  # the first (smallest) C of equal ones
             best_f1, best_c, best_svm = f1, c, svm
@@ -50,16 +105,22 @@ def fit_choosing_c(
 
 
 def score_on_folds(
-    data_cfg: DataConfig, cv: CVConfig, seed: int, cache: Path | None = None, inner_fraction: float | None = None
+    data_cfg: DataConfig,
+    cv: CVConfig,
+    seed: int,
+    cache: Path | None = None,
+    inner_fraction: float | None = None,
+    baseline: LinearBaseline = TFIDF_SVM,
 ) -> list[dict]:
     """The baseline on the folds a run or sweep used (its config.yaml's data and cv settings): per
-    fold its macro-F1 on the held-out fold and, where a validation file is named, on that. With
+    fold its macro-F1 on the held-out fold and, where a validation file is named, on that (with its
+    confusion matrix there, rows the true class, for per-class and class-mix figures). With
     `inner_fraction` (the runs' `cv.inner_fraction`), C is chosen on each fold's inner split as the runs chose their
-    epoch; runs without it chose on the held-out fold, and are compared with C=0.5 on the whole
+    epoch; runs without it chose on the held-out fold, and are compared with the baseline's default C on the whole
     training fold, as they were then. Cached in `cache` (a JSON file) by what it depends on."""
     import json
 
-    from sklearn.metrics import f1_score
+    from sklearn.metrics import confusion_matrix, f1_score
 
     from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
     from klue_tc.files import atomic_write_text
@@ -73,8 +134,12 @@ def score_on_folds(
         "seed": cv.seed,
         "validation": validation.fingerprint() if validation else None,
     }
+    if baseline is not TFIDF_SVM:  # the TF-IDF baseline's caches keep their keys
+        key["baseline"] = baseline.name
+    if validation is not None:
+        key["validation_confusion"] = True  # caches from before it lack the matrix
     if inner_fraction is not None:
-        key |= {"inner_fraction": inner_fraction, "C_grid": list(C_GRID)}
+        key |= {"inner_fraction": inner_fraction, "C_grid": list(baseline.c_grid)}
     if cache is not None and cache.is_file():
         stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("key") == key:
@@ -83,16 +148,19 @@ def score_on_folds(
     for fold, (train, held) in enumerate(stratified_folds(data.labels, key["folds"], key["seed"])):
         texts = [data.texts[i] for i in train]
         if inner_fraction is None:
-            model, chosen = baseline_pipeline().fit(texts, data.labels[train]), {}
+            model, chosen = baseline.pipeline().fit(texts, data.labels[train]), {}
         else:
-            model, chosen = fit_choosing_c(texts, data.labels[train], inner_fraction, key["seed"])
+            model, chosen = fit_choosing_c(texts, data.labels[train], inner_fraction, key["seed"], baseline=baseline)
         row = {
             "fold": fold,
             "f1": float(f1_score(data.labels[held], model.predict([data.texts[i] for i in held]), average="macro")),
             **chosen,
         }
         if validation is not None:
-            row["validation_f1"] = float(f1_score(validation.labels, model.predict(validation.texts), average="macro"))
+            predicted = model.predict(validation.texts)
+            row["validation_f1"] = float(f1_score(validation.labels, predicted, average="macro"))
+            classes = np.arange(len(data.label_names))
+            row["validation_confusion"] = confusion_matrix(validation.labels, predicted, labels=classes).tolist()
         rows.append(row)
     if cache is not None:
         atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, indent=1))  # never half a cache

@@ -77,6 +77,30 @@ def stored_rows(directory: Path) -> list[dict]:
     ]
 
 
+def fold_records(directory: str | Path) -> list[FoldResult]:
+    """The fold records below `directory` that name their configuration, as `fold_frame` counts
+    them (one per configuration and fold, the last found), whole: with their learning curves, model
+    sizes and, from a results store, per-title predictions. Diverged folds are left out."""
+    from dataclasses import replace
+
+    from klue_tc.results import ResultsStore
+
+    directory = Path(directory)
+    found: dict[tuple[str, int], FoldResult] = {}
+    for path in sorted(directory.rglob("metrics.json")):
+        try:
+            run = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # fold_frame names it
+        for record in run.folds:
+            found[run.config_hash, record.fold] = replace(record, describe=run.describe, config_hash=run.config_hash)
+    for root in store_roots(directory):
+        for record in ResultsStore(root).records():
+            if record.describe is not None and record.config_hash:
+                found[record.config_hash, record.fold] = record
+    return [r for r in found.values() if not r.diverged and r.f1 is not None and not math.isnan(r.f1)]
+
+
 def fold_row(describe: dict, record: FoldResult) -> dict:
     return {
         **describe,

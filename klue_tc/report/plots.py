@@ -13,6 +13,61 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
+# What a heatmap's colour bar says its colours are, by the summary column drawn.
+VALUE_LABELS = {
+    "f1_mean": "CV macro-F1 (mean over folds)",
+    "validation_f1": "validation macro-F1 (mean of the fold models)",
+}
+# Pre- and post-LN of one encoder share its colour and differ in line style, in every figure.
+LN_LINESTYLES = {"post": "-", "pre": "--"}
+
+
+def encoder_colour(encoder: str) -> str:
+    """One colour per encoder, the same in every figure: the registry's (the study's) order."""
+    from klue_tc.registry import ENCODERS
+
+    names = ENCODERS.names()
+    return f"C{names.index(encoder) % 10}" if encoder in names else f"C{len(names) % 10}"
+
+
+def design_style(encoder: str, ln: str, pretrain: str = "none") -> dict:
+    """Line and marker of a design: colour the encoder, line style its LayerNorm placement, hollow
+    markers for a pretrained encoder (filled: from scratch)."""
+    colour = encoder_colour(encoder)
+    return {
+        "color": colour,
+        "linestyle": LN_LINESTYLES.get(ln, ":"),
+        "marker": "o" if pretrain == "none" else "s",
+        "markerfacecolor": colour if pretrain == "none" else "white",
+    }
+
+
+def design_legend(fig: Figure, frame: pd.DataFrame, extra: list[tuple[str, str]] = ()) -> None:
+    """One legend beside the panels that keys the encoders' colours, the line styles and markers,
+    and `extra` (label, grey line style) entries, each once."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=encoder_colour(e), lw=2, label=e) for e in dict.fromkeys(frame["encoder"])]
+    handles += [
+        Line2D([], [], color="black", linestyle=LN_LINESTYLES.get(ln, ":"), label=f"{ln}-LN")
+        for ln in dict.fromkeys(frame["ln"])
+    ]
+    pretrains = list(dict.fromkeys(frame["pretrain"])) if "pretrain" in frame else []
+    if len(pretrains) > 1:
+        handles += [
+            Line2D(
+                [],
+                [],
+                color="black",
+                linestyle="",
+                marker=design_style("", "", p)["marker"],
+                markerfacecolor="black" if p == "none" else "white",
+                label="from scratch" if p == "none" else f"pretrained: {p}",
+            )
+            for p in pretrains
+        ]
+    handles += [Line2D([], [], color="grey", linestyle=style, label=label) for label, style in extra]
+    fig.legend(handles=handles, loc="outside right center", fontsize="small")
 
 
 def row_labels(summary: pd.DataFrame) -> pd.Series:
@@ -30,46 +85,70 @@ def plot_f1_by_layers(
     baseline: float | None = None,
     ylabel: str = "CV macro-F1 (mean ± std over folds)",
 ) -> Path:
-    """One panel per tokenizer, one line per encoder / LN with error bars; the baseline dashed."""
+    """One panel per tokenizer, one line per design with error bars (colour the encoder, line style
+    the LayerNorm placement, hollow markers a pretrained encoder); the baseline dashed grey. The
+    panels share both axes."""
     tokenizers = list(dict.fromkeys(summary["tokenizer"]))
-    fig = Figure(figsize=(5 * len(tokenizers), 4), layout="constrained")
-    axes = fig.subplots(1, len(tokenizers), sharey=True, squeeze=False)[0]
-    labelled = summary.assign(row=row_labels(summary))
-    colours = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(labelled["row"]))}  # same line, same colour
+    fig = Figure(figsize=(5 * len(tokenizers) + 1.5, 4), layout="constrained")
+    axes = fig.subplots(1, len(tokenizers), sharex=True, sharey=True, squeeze=False)[0]
+    frame = summary if "pretrain" in summary else summary.assign(pretrain="none")
+    design = ["encoder", "ln", "head", "pretrain"]
+    several_heads = frame.groupby("encoder")["head"].nunique().max() > 1
     for ax, tokenizer in zip(axes, tokenizers):
-        for row, line in labelled[labelled.tokenizer == tokenizer].groupby("row", sort=False):
+        for (encoder, ln, head, pretrain), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
             line = line.sort_values("layers")
-            ax.errorbar(
-                line.layers, line[value], yerr=line[spread], marker="o", capsize=3, label=row, color=colours[row]
-            )
+            style = design_style(encoder, ln, pretrain)
+            if several_heads:  # a head is told by its marker, beyond what the legend keys
+                style["marker"] = {"cls": "o", "mean": "^", "blstm": "D"}.get(head, "v")
+            ax.errorbar(line.layers, line[value], yerr=line[spread], capsize=3, **style)
         if baseline is not None:
-            ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="TF-IDF + linear SVM")
+            ax.axhline(baseline, color="grey", linestyle="--", linewidth=1)
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
-    # One legend beside the panels, so that it covers no line and names each row once.
-    legend = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels())}
-    fig.legend(legend.values(), legend.keys(), loc="outside right center", fontsize="small")
+    # One legend beside the panels, so that it covers no line and keys each style once.
+    design_legend(fig, frame, [("TF-IDF + linear SVM", "--")] if baseline is not None else [])
     fig.savefig(path, dpi=120)
     return Path(path)
 
 
-def plot_confusion_matrix(matrix: list[list[int]], labels: list[str], path: Path) -> Path:
-    from matplotlib import font_manager
-    from sklearn.metrics import ConfusionMatrixDisplay
+# YNAT's classes in English, for figures drawn without a Hangul font.
+YNAT_ENGLISH = {
+    "IT과학": "IT/sci",
+    "경제": "econ",
+    "사회": "society",
+    "생활문화": "life/culture",
+    "세계": "world",
+    "스포츠": "sports",
+    "정치": "politics",
+}
 
-    # Korean label names need a Hangul font; fall back to class ids, named in the title, without one.
+
+def shown_labels(labels: list[str]) -> tuple[list[str], str]:
+    """Class names as a figure can draw them: as given with a Hangul font; without one, ids, and a
+    line naming them (in English for YNAT's classes) for the figure's title."""
+    from matplotlib import font_manager
+
     hangul = any(
         "CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist
     )
-    english = ["IT/sci", "econ", "society", "life/culture", "world", "sports", "politics"]
+    if hangul or all(label.isascii() for label in labels):
+        return list(labels), ""
+    return [str(i) for i in range(len(labels))], "ids: " + ", ".join(
+        f"{i} {YNAT_ENGLISH.get(n, n if n.isascii() else '?')}" for i, n in enumerate(labels)
+    )
+
+
+def plot_confusion_matrix(matrix: list[list[int]], labels: list[str], path: Path) -> Path:
+    from sklearn.metrics import ConfusionMatrixDisplay
+
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax = fig.subplots()
-    shown = labels if hangul else [str(i) for i in range(len(labels))]
+    shown, key = shown_labels(labels)
     ConfusionMatrixDisplay(np.asarray(matrix), display_labels=shown).plot(ax=ax, colorbar=False, cmap="Blues")
-    if not hangul:
-        ax.set_title("ids: " + ", ".join(f"{i} {n}" for i, n in enumerate(english)), fontsize=8)
+    if key:
+        ax.set_title(key, fontsize=8)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return Path(path)
@@ -106,7 +185,7 @@ def plot_grid_heatmap(summary: pd.DataFrame, path: str | Path, value: str = "f1_
             )
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers", xticks=range(len(layers)), xticklabels=layers)
         ax.set_yticks(range(len(rows)), rows)
-    fig.colorbar(image, ax=list(axes), label=value)
+    fig.colorbar(image, ax=list(axes), label=VALUE_LABELS.get(value, value))
     fig.savefig(path, dpi=120)
     return Path(path)
 
@@ -123,7 +202,7 @@ def plot_effects(effects: pd.DataFrame, path: str | Path) -> Path:
         )
     )
     fig = Figure(figsize=(5 * len(metrics) + 1, 1 + 0.35 * max(len(labels), 1)), layout="constrained")
-    axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)[0]
+    axes = fig.subplots(1, len(metrics), sharex=True, sharey=True, squeeze=False)[0]
     positions = {label: i for i, label in enumerate(labels)}
     for ax, metric in zip(axes, metrics):
         part = effects[effects["metric"] == metric]

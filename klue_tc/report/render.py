@@ -190,15 +190,8 @@ def to_markdown(
         f"checkpoint; jobs run side by side share the wall clock).",
         "",
         *device_lines(folds),
-        *markdown_table(
-            summary.assign(row=summary[["tokenizer", "encoder", "ln"]].agg(" / ".join, axis=1))
-            .pivot_table(index="row", columns="layers", values="seconds_per_fold", sort=False)
-            .round(0)
-            .astype("Int64"),
-            ["seconds per fold", *sorted(summary["layers"].unique())],
-        ),
-        "",
-        "Titles per second (training steps) are in report.csv.",
+        "Seconds per epoch are tabled per machine below (Seconds per epoch, per machine); titles per "
+        "second (training steps) are in report.csv.",
         "",
     ]
     if missing:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pandas as pd
 
 from klue_tc.errors import KlueTcError
 from klue_tc.report.loading import DESCRIBE, OPTUNA_RESULTS, OptunaBest, Recipe
+
+if TYPE_CHECKING:  # scikit-learn is slow to import: only when a baseline is scored
+    from klue_tc.baseline import LinearBaseline
 
 log = logging.getLogger(__name__)
 
@@ -167,23 +170,35 @@ def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) ->
     return lines, len(absent) + len(short)
 
 
-def baseline_scores(recipe: Recipe, directory: Path) -> Optional[dict]:
-    """The baseline's mean over the folds the runs used: {f1, f1_std, validation_f1, folds}."""
-    from klue_tc.baseline import score_on_folds
+def baseline_scores(recipe: Recipe, directory: Path, baseline: Optional[LinearBaseline] = None) -> Optional[dict]:
+    """A linear baseline's mean over the folds the runs used (default: TF-IDF + SVM):
+    {name, f1, f1_std, validation_f1, folds, C, validation_confusion (one matrix per fold)}."""
+    from klue_tc.baseline import TFIDF_SVM, score_on_folds
 
+    baseline = baseline or TFIDF_SVM
     try:
         rows = pd.DataFrame(
-            score_on_folds(recipe.data, recipe.cv, recipe.seed, directory / "baseline.json", recipe.inner_fraction)
+            score_on_folds(
+                recipe.data,
+                recipe.cv,
+                recipe.seed,
+                directory / baseline.cache_file,
+                recipe.inner_fraction,
+                baseline,
+            )
         )
     except KlueTcError as err:
-        log.warning("no baseline row: %s", err)
+        log.warning("no %s row: %s", baseline.name, err)
         return None
     validation = rows["validation_f1"].mean() if "validation_f1" in rows else float("nan")
-    chosen_c = [f"{c:g}" for c in rows["C"]] if "C" in rows else []
+    chosen_c = [baseline.describe(c) for c in rows["C"]] if "C" in rows else []
     return {
+        "name": baseline.name,
+        "setting_name": baseline.setting_name,
         "f1": rows["f1"].mean(),
         "f1_std": rows["f1"].std(ddof=1),
         "validation_f1": validation,
         "folds": len(rows),
         "C": chosen_c,
+        "validation_confusion": list(rows["validation_confusion"]) if "validation_confusion" in rows else [],
     }

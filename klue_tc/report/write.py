@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from klue_tc.report.loading import fold_frame, optuna_best, run_recipe
+from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
 from klue_tc.report.render import (
     BASELINE,
     METRICS,
@@ -21,7 +21,8 @@ from klue_tc.report.render import (
     print_tables,
     to_markdown,
 )
-from klue_tc.report.summary import baseline_scores, missing_cells, per_configuration, shared_cells, summarise_configs
+from klue_tc.report.sections import Section
+from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,35 @@ def draw(summary: pd.DataFrame, effects: Effects, reference: Optional[dict], dir
     return plots
 
 
+def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[dict]) -> list[Section]:
+    """What the records hold beyond the F1 tables: sizes, speed per machine, the best configurations
+    class by class, the class mix, and the linear baselines side by side."""
+    from klue_tc.report.baselines import baselines_section
+    from klue_tc.report.class_mix import class_mix_section
+    from klue_tc.report.per_class import per_class_section
+    from klue_tc.report.sizes import size_section
+    from klue_tc.report.speed import speed_section
+
+    records = fold_records(directory)
+    if not records:  # runs whose metrics.json name no configuration
+        return []
+    return [
+        baselines_section(baselines, recipe),
+        size_section(records, directory, baselines),
+        speed_section(records),
+        per_class_section(records, directory, baselines),
+        class_mix_section(records, recipe, baselines),
+    ]
+
+
+def with_columns(summary: pd.DataFrame, sections: list[Section]) -> pd.DataFrame:
+    """report.csv's rows with the sections' per-configuration columns (parameters, reweighted F1) after them."""
+    for section in sections:
+        if section.columns is not None and not section.columns.empty:
+            summary = summary.join(section.columns, on="config_hash")
+    return summary
+
+
 def write_report(
     directory: str | Path,
     log_to_wandb: bool = False,
@@ -91,7 +121,10 @@ def write_report(
     best = optuna_best(directory)
     summary = summarise_configs(folds, best)
     recipe = run_recipe(directory)
-    reference = baseline_scores(recipe, directory) if baseline and recipe is not None else None
+    from klue_tc.report.baselines import linear_baselines
+
+    baselines = linear_baselines(recipe, directory) if baseline else []
+    reference = next((b for b in baselines if b["name"] == BASELINE), None)
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     effects = effects_of(folds, metrics)
@@ -99,6 +132,7 @@ def write_report(
     effects.table.to_csv(directory / "effects.csv", index=False)
     (directory / "claims.md").write_text(claims_markdown(verdicts.judged, verdicts.not_judged), encoding="utf-8")
     plots = draw(summary, effects, reference, directory)
+    sections = further_sections(directory, recipe, baselines)
     markdown = to_markdown(
         directory,
         summary,
@@ -114,7 +148,10 @@ def write_report(
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
+    markdown += "".join("\n" + "\n".join(section.lines) for section in sections)
+    plots += [plot for section in sections for plot in section.plots]
     (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
+    summary = with_columns(summary, sections)
     summary.to_csv(directory / "report.csv", index=False)
     print_tables(f1_tables(summary, "f1"))
     if reference is not None:

@@ -1,0 +1,70 @@
+"""What the report's further analyses (sizes, speed, per-class, class mix, baselines) hand the writer:
+Markdown lines, the plots they drew, and per-configuration columns for report.csv; and the one
+way they name a configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from klue_tc.records import FoldResult
+
+DESIGN = ["tokenizer", "encoder", "ln", "head", "layers", "pretrain"]
+
+
+@dataclass
+class Section:
+    lines: list[str]
+    plots: list[Path] = field(default_factory=list)
+    columns: Optional[pd.DataFrame] = None  # indexed by config_hash: joined onto report.csv's rows
+
+
+def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
+    """One row per configuration (indexed by config_hash): its design and a label naming it, with
+    the head where the records hold several and the pretraining where they hold several."""
+    rows = {r.config_hash: {name: getattr(r.describe, name) for name in DESIGN} for r in records}
+    from klue_tc.report.summary import study_order
+
+    order = study_order()
+    frame = pd.DataFrame.from_dict(rows, orient="index", columns=DESIGN).sort_values(
+        DESIGN,
+        kind="stable",
+        key=lambda col: (
+            col
+            if col.name == "layers"
+            else col.map(lambda v: (v != "none", str(v)))  # from scratch first
+            if col.name == "pretrain"
+            else col.map(lambda v: (order.get(v, len(order)), str(v)))
+        ),
+    )
+    frame.index.name = "config_hash"
+    shown = ["tokenizer", "encoder", "ln"]
+    if frame["head"].nunique() > 1:
+        shown.append("head")
+    label = frame[shown].astype(str).agg(" / ".join, axis=1) + " / L" + frame["layers"].astype(str)
+    if frame["pretrain"].nunique() > 1:
+        label += " / " + frame["pretrain"].map(lambda p: "scratch" if p == "none" else p)
+    return frame.assign(label=label, row=label.str.replace(r" / L\d+", "", regex=True))
+
+
+def ranked_by_cv(records: Sequence[FoldResult]) -> pd.Series:
+    """Each configuration's CV macro-F1 (fold mean), best first: what chooses "the best", never
+    the validation titles those configurations are then shown on."""
+    frame = pd.DataFrame({"config_hash": [r.config_hash for r in records], "f1": [r.f1 for r in records]})
+    return frame.groupby("config_hash")["f1"].mean().sort_values(ascending=False, kind="stable")
+
+
+def configuration_scores(records: Sequence[FoldResult]) -> pd.DataFrame:
+    """`configurations` with each one's CV macro-F1 (f1_mean) and validation macro-F1 (the mean of
+    its fold models'), from the records themselves: every configuration, whatever the table shows."""
+    frame = pd.DataFrame(
+        {
+            "config_hash": [r.config_hash for r in records],
+            "f1_mean": [r.f1 for r in records],
+            "validation_f1": [r.validation.f1 if r.validation else float("nan") for r in records],
+        }
+    )
+    return configurations(records).join(frame.groupby("config_hash").mean())

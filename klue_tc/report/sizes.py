@@ -1,0 +1,240 @@
+"""How big each configuration is (embedding and non-embedding parameters, FLOPs per title), and its
+F1 against its size: so that a reader sees whether a "better" encoder is just a bigger one.
+
+Records of newer code carry their size (klue_tc/model_size.py measured it while training); for
+older ones the model is built again from the configuration's config.yaml, with its first fold's
+tokenizer (fitted as training fitted it, or read from the tokenizer cache) and that fold's titles
+for the typical length. Building a model costs well under a second; the tokenizer is fitted once
+per tokenizer and fold.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from klue_tc.errors import KlueTcError
+from klue_tc.records import FoldResult, ModelSize
+from klue_tc.report.sections import Section, configuration_scores, configurations
+
+log = logging.getLogger(__name__)
+
+SIZE_COLUMNS = ["params_embedding", "params_non_embedding", "flops_per_title", "title_length", "size_source"]
+MEASURED, RECORDED = "built from config.yaml", "recorded"
+
+
+def recorded_sizes(records: Sequence[FoldResult]) -> pd.DataFrame:
+    """Each configuration's size as its folds recorded it (the mean over folds: the vocabulary, so
+    the embedding count, and the typical title length may differ a little from fold to fold)."""
+    rows = [
+        {
+            "config_hash": r.config_hash,
+            "params_embedding": r.model_size.embedding_params,
+            "params_non_embedding": r.model_size.non_embedding_params,
+            "flops_per_title": r.model_size.forward_flops_per_title,
+            "title_length": r.model_size.title_length,
+        }
+        for r in records
+        if r.model_size is not None
+    ]
+    if not rows:
+        return pd.DataFrame(columns=SIZE_COLUMNS).rename_axis("config_hash")
+    frame = pd.DataFrame(rows).groupby("config_hash").mean()
+    return frame.round({"params_embedding": 0, "params_non_embedding": 0}).assign(size_source=RECORDED)
+
+
+class ModelBuilder:
+    """Builds a configuration's classifier from its resolved config as training built it, and
+    measures it; the training titles and each fold's tokenizer are read once and kept."""
+
+    def __init__(self) -> None:
+        self._titles: dict[str, Any] = {}
+        self._tokenizers: dict[str, tuple[Any, np.ndarray]] = {}
+
+    def size(self, config: dict, fold: int = 0) -> ModelSize:
+        from klue_tc.config import validate
+        from klue_tc.model_size import measure
+        from klue_tc.models.classifier import build_classifier
+
+        run = validate(config)
+        data, (train_idx, val_idx) = self._fold(run, fold)
+        tokenizer, lengths = self._tokenizer(run, data, train_idx, val_idx)
+        model = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, data.num_classes)
+        return measure(model, lengths, tokenizer.specials.cls)
+
+    def _fold(self, run, fold: int):
+        from klue_tc.data import stratified_folds, stratified_subsample, training_titles
+
+        key = repr((run.data.path, run.data.title_column, run.data.label_column, run.data.labels, run.data.limit))
+        key += repr((run.seed, run.cv.folds, run.cv.seed))
+        if key not in self._titles:
+            data = stratified_subsample(training_titles(run.data, announce_fallback=False), run.data.limit, run.seed)
+            self._titles[key] = (data, stratified_folds(data.labels, run.cv.folds, run.cv.seed))
+        data, folds = self._titles[key]
+        return data, folds[fold]
+
+    def _tokenizer(self, run, data, train_idx: np.ndarray, val_idx: np.ndarray):
+        from klue_tc.tokenizers import TokenizerCache
+        from klue_tc.tokenizers.cache import tokenizer_key
+
+        train = data.subset(train_idx)
+        key = tokenizer_key(run.tokenizer, train.fingerprint())
+        if key not in self._tokenizers:
+            cache = TokenizerCache(run.data.cache_dir)
+            tokenizer, key = cache.tokenizer(run.tokenizer, train.texts, train.fingerprint())
+            encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
+            self._tokenizers[key] = (tokenizer, encoded.take(val_idx).lengths)
+        return self._tokenizers[key]
+
+
+def measured_sizes(
+    records: Sequence[FoldResult], configs: dict[str, Any], size_of: Optional[Callable[[dict, int], ModelSize]] = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """The size of each configuration without a recorded one, built from `configs` (config.yaml by
+    key) on its first fold; and a line per configuration that could not be built, saying why."""
+    from omegaconf import OmegaConf
+
+    size_of = size_of or ModelBuilder().size
+    first_fold = {}
+    for r in sorted(records, key=lambda r: r.fold):
+        if r.model_size is None:
+            first_fold.setdefault(r.config_hash, r.fold)
+    rows, problems = [], []
+    for key, fold in first_fold.items():
+        if key not in configs:
+            problems.append(f"{key}: no config.yaml beside its records")
+            continue
+        config = configs[key]
+        plain = OmegaConf.to_container(config, resolve=True) if not isinstance(config, dict) else config
+        try:
+            size = size_of(plain, fold)
+        except (KlueTcError, OSError, ValueError) as err:
+            problems.append(f"{key}: {str(err).splitlines()[0]}")
+            continue
+        rows.append(
+            {
+                "config_hash": key,
+                "params_embedding": size.embedding_params,
+                "params_non_embedding": size.non_embedding_params,
+                "flops_per_title": size.forward_flops_per_title,
+                "title_length": size.title_length,
+                "size_source": MEASURED,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=["config_hash", *SIZE_COLUMNS]).set_index("config_hash")
+    return frame, problems
+
+
+def configuration_sizes(
+    records: Sequence[FoldResult], directory: Path, size_of: Optional[Callable[[dict, int], ModelSize]] = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """Every configuration's size: recorded where its records hold it, else built from its config."""
+    from klue_tc.report.loading import configs_in_store, store_roots
+
+    recorded = recorded_sizes(records)
+    missing = [r for r in records if r.config_hash not in recorded.index]
+    if not missing:
+        return recorded, []
+    configs = {key: config for root in store_roots(directory) for key, config in configs_in_store(root).items()}
+    measured, problems = measured_sizes(missing, configs, size_of)
+    return pd.concat([recorded, measured]), problems
+
+
+def millions(value: float) -> str:
+    return f"{value / 1e6:.2f}"
+
+
+def size_table(sizes: pd.DataFrame, designs: pd.DataFrame) -> list[str]:
+    """Rows: the configuration without its layer count; columns: layers; cells: non-embedding
+    parameters (M) / FLOPs per title (M)."""
+    from klue_tc.report.render import markdown_table
+
+    frame = designs.join(sizes, how="inner")
+    frame["cell"] = [
+        f"{millions(p)} M / {millions(f)} MFLOP" for p, f in zip(frame.params_non_embedding, frame.flops_per_title)
+    ]
+    table = frame.pivot_table(index="row", columns="layers", values="cell", aggfunc="first", sort=False).fillna("–")
+    return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
+
+
+def size_section(
+    records: Sequence[FoldResult],
+    directory: Path,
+    baselines: Sequence[dict] = (),
+    size_of: Optional[Callable[[dict, int], ModelSize]] = None,
+) -> Section:
+    """The sizes table, the F1-against-size plot, and the size columns for report.csv."""
+    designs = configurations(records)
+    sizes, problems = configuration_sizes(records, directory, size_of)
+    lines = ["## Model sizes", ""]
+    if sizes.empty:
+        return Section(lines + ["No sizes: " + ("; ".join(problems) or "no record carries one") + ".", ""])
+    sources = ", ".join(f"{n} {what}" for what, n in sizes["size_source"].value_counts().items())
+    tables = designs.join(sizes, how="inner")
+    tables["vocabulary"] = tables["tokenizer"] + tables["pretrain"].map(lambda p: "" if p == "none" else f" ({p})")
+    embedding = tables.groupby("vocabulary", sort=False)["params_embedding"].agg(["min", "max"])
+    lines += [
+        "Parameters outside the embedding tables and forward FLOPs per title (matrix products, "
+        "attention and recurrent steps, over a title of the fold's median length in tokens); each "
+        f"configuration's from its records or built again from its config.yaml ({sources}). "
+        "LayerNorm placement and pretraining change neither.",
+        "",
+        "Embedding tables (they grow with the vocabulary, not the design): "
+        + "; ".join(f"{t}: {millions(r['min'])}–{millions(r['max'])} M" for t, r in embedding.iterrows())
+        + " parameters.",
+        "",
+        *size_table(sizes, designs),
+        "",
+    ]
+    if problems:
+        lines += ["Not measured: " + "; ".join(problems) + ".", ""]
+    scores = configuration_scores(records).join(sizes, how="inner")
+    plot = plot_f1_by_size(scores, directory / "f1_by_size.png", baselines)
+    lines += [
+        f"{plot.name}: F1 against non-embedding parameters (log scale); a line joins one design's layer counts.",
+        "",
+    ]
+    return Section(lines, [plot], sizes[SIZE_COLUMNS[:-2]].astype(float))
+
+
+def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] = ()) -> Path:
+    """One panel per tokenizer and metric (CV, validation): F1 against non-embedding parameters on a
+    log axis; colour the encoder, line style the LayerNorm placement, hollow markers the pretrained
+    encoders; the linear baselines as horizontal lines. Every panel shares both scales of its row."""
+    from klue_tc.report.plots import design_legend, design_style
+
+    metrics = [("f1_mean", "CV macro-F1")]
+    if frame["validation_f1"].notna().any():
+        metrics.append(("validation_f1", "validation macro-F1"))
+    tokenizers = list(dict.fromkeys(frame["tokenizer"]))
+    fig = Figure(figsize=(4.2 * len(tokenizers) + 2.2, 3.4 * len(metrics)), layout="constrained")
+    axes = fig.subplots(len(metrics), len(tokenizers), sharex=True, sharey="row", squeeze=False)
+    design = ["encoder", "ln", "head", "pretrain"]
+    for row, (value, label) in enumerate(metrics):
+        for col, tokenizer in enumerate(tokenizers):
+            ax = axes[row][col]
+            for (encoder, ln, _, pre), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
+                line = line.sort_values("params_non_embedding")
+                ax.plot(line.params_non_embedding, line[value], **design_style(encoder, ln, pre))
+            for baseline, style in zip(baselines, (":", "-.")):
+                if pd.notna(baseline.get(value if value != "f1_mean" else "f1")):
+                    ax.axhline(baseline[value if value != "f1_mean" else "f1"], color="grey", linestyle=style, lw=1)
+            ax.set_xscale("log")
+            for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+                axis(FuncFormatter(lambda x, _: f"{x / 1e6:.1f} M"))
+            ax.grid(alpha=0.3, which="both")
+            if row == 0:
+                ax.set_title(f"tokenizer: {tokenizer}")
+            if row == len(metrics) - 1:
+                ax.set_xlabel("non-embedding parameters (log scale)")
+            if col == 0:
+                ax.set_ylabel(label)
+    design_legend(fig, frame, [(b["name"], style) for b, style in zip(baselines, (":", "-."))])
+    fig.savefig(path, dpi=120)
+    return Path(path)
