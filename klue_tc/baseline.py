@@ -140,6 +140,7 @@ def score_on_folds(
         key["validation_confusion"] = True  # caches from before it lack the matrix
     if inner_fraction is not None:
         key |= {"inner_fraction": inner_fraction, "C_grid": list(baseline.c_grid)}
+    key = json.loads(json.dumps(key))  # as the cache holds it: NB-SVM's (C, beta) pairs as lists
     if cache is not None and cache.is_file():
         stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("key") == key:
@@ -162,6 +163,7 @@ def score_on_folds(
             classes = np.arange(len(data.label_names))
             row["validation_confusion"] = confusion_matrix(validation.labels, predicted, labels=classes).tolist()
         rows.append(row)
+    rows = json.loads(json.dumps(rows))  # the same values whether computed now or read from the cache
     if cache is not None:
         atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, indent=1))  # never half a cache
     return rows

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from test_effects import cnn_lower, synthetic_folds
 
 from klue_tc.report.effects import marginal_effects
-from klue_tc.report.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap, row_labels
+from klue_tc.report.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -58,4 +58,28 @@ def test_layers_plot_has_one_legend_naming_every_row_once(tmp_path, monkeypatch)
     assert all(ax.get_legend() is None for ax in figure.axes)
     (legend,) = figure.legends
     names = [text.get_text() for text in legend.get_texts()]
-    assert sorted(names) == sorted({*row_labels(summary), "TF-IDF + linear SVM"})
+    # Each encoder's colour and each LayerNorm placement's line style keyed once: pre and post of
+    # one encoder are told apart by their line style, not by a colour of their own.
+    expected = {*summary["encoder"], *(f"{ln}-LN" for ln in summary["ln"]), "TF-IDF + linear SVM"}
+    assert sorted(names) == sorted(expected)
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert all(panels[0].get_shared_x_axes().joined(panels[0], ax) for ax in panels)
+    post_pre = {
+        (line.get_color(), line.get_linestyle())
+        for ax in panels
+        for line in ax.get_lines()
+        if line.get_linestyle() in ("-", "--") and line.get_color() != "grey"
+    }
+    colours = {colour for colour, _ in post_pre}
+    assert len(colours) == summary["encoder"].nunique()  # one colour per encoder, post and pre alike
+    assert all({(c, "-"), (c, "--")} <= post_pre for c in colours)  # every encoder drawn both ways
+
+
+def test_heatmap_colour_bar_names_what_its_colours_are(tmp_path, monkeypatch):
+    summary = summary_of(synthetic_folds(cnn_lower))
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
+    plot_grid_heatmap(summary, tmp_path / "heatmap.png")
+    (figure,) = saved
+    labels = [ax.get_ylabel() for ax in figure.axes if not ax.get_title()]
+    assert labels == ["CV macro-F1 (mean over folds)"]

@@ -42,7 +42,7 @@ def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
     )
     frame.index.name = "config_hash"
     shown = ["tokenizer", "encoder", "ln"]
-    if frame["head"].nunique() > 1:
+    if frame.groupby("encoder")["head"].nunique().max() > 1:  # as the F1 tables' rows (plots.row_labels)
         shown.append("head")
     label = frame[shown].astype(str).agg(" / ".join, axis=1) + " / L" + frame["layers"].astype(str)
     if frame["pretrain"].nunique() > 1:

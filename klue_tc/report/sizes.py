@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 SIZE_COLUMNS = ["params_embedding", "params_non_embedding", "flops_per_title", "title_length", "size_source"]
 MEASURED, RECORDED = "built from config.yaml", "recorded"
+SIZES_CACHE = "sizes.json"  # in the report's folder, beside the baselines' caches
 
 
 def recorded_sizes(records: Sequence[FoldResult]) -> pd.DataFrame:
@@ -132,18 +133,33 @@ def measured_sizes(
 
 
 def configuration_sizes(
-    records: Sequence[FoldResult], directory: Path, size_of: Optional[Callable[[dict, int], ModelSize]] = None
+    records: Sequence[FoldResult],
+    directory: Path,
+    size_of: Optional[Callable[[dict, int], ModelSize]] = None,
+    cache: Optional[Path] = None,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Every configuration's size: recorded where its records hold it, else built from its config."""
+    """Every configuration's size: recorded where its records hold it, else built from its config
+    (kept in `cache`, a JSON file by configuration key: the key fixes every setting and the data, so
+    a size found once stands; building a hundred models takes minutes on a busy CPU)."""
+    import json
+
+    from klue_tc.files import atomic_write_text
     from klue_tc.report.loading import configs_in_store, store_roots
 
     recorded = recorded_sizes(records)
     missing = [r for r in records if r.config_hash not in recorded.index]
     if not missing:
         return recorded, []
+    stored = json.loads(cache.read_text(encoding="utf-8")) if cache is not None and cache.is_file() else {}
+    known = pd.DataFrame.from_dict(stored, orient="index", columns=SIZE_COLUMNS).rename_axis("config_hash")
+    known = known[known.index.isin([r.config_hash for r in missing])]
+    missing = [r for r in missing if r.config_hash not in known.index]
     configs = {key: config for root in store_roots(directory) for key, config in configs_in_store(root).items()}
-    measured, problems = measured_sizes(missing, configs, size_of)
-    return pd.concat([recorded, measured]), problems
+    measured, problems = measured_sizes(missing, configs, size_of) if missing else (known.iloc[:0], [])
+    if cache is not None and not measured.empty:
+        stored |= json.loads(measured.to_json(orient="index"))
+        atomic_write_text(cache, json.dumps(stored, indent=1, sort_keys=True))
+    return pd.concat([frame for frame in (recorded, known, measured) if not frame.empty]), problems
 
 
 def millions(value: float) -> str:
@@ -171,7 +187,7 @@ def size_section(
 ) -> Section:
     """The sizes table, the F1-against-size plot, and the size columns for report.csv."""
     designs = configurations(records)
-    sizes, problems = configuration_sizes(records, directory, size_of)
+    sizes, problems = configuration_sizes(records, directory, size_of, directory / SIZES_CACHE)
     lines = ["## Model sizes", ""]
     if sizes.empty:
         return Section(lines + ["No sizes: " + ("; ".join(problems) or "no record carries one") + ".", ""])

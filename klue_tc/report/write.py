@@ -159,6 +159,10 @@ def write_report(
             f"{BASELINE} on the same folds: CV macro-F1 {reference['f1']:.4f}"
             + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
         )
+    for other in baselines:
+        if other is not reference:
+            scores = f"CV macro-F1 {other['f1']:.4f}, validation {other['validation_f1']:.4f}"
+            print(f"{other['name']} on the same folds: {scores}")
     if missing:
         log.warning("%d cells missing or short of folds (report.md: Missing)", missing_count)
     if len(set(folds["code"])) > 1:

@@ -1,0 +1,243 @@
+"""The report's further analyses on tiny records: sizes, seconds per machine, per-class F1, the
+class mix and its reweighted F1, and the NB-SVM baseline."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import f1_score
+
+from conftest import TINY_MODEL, make_headlines, write_tsv
+from jobs import run_in_process
+from klue_tc.data import LABEL_NAMES
+from klue_tc.records import Describe, EpochScores, FoldResult, ModelSize, ValidationScore
+from klue_tc.report.class_mix import importance_weights, weighted_macro_f1
+from klue_tc.report.per_class import class_table, per_class_f1
+from klue_tc.report.sizes import configuration_sizes, recorded_sizes
+from klue_tc.report.speed import per_machine_tables
+
+
+def record(key: str, fold: int, f1: float = 0.7, **extra) -> FoldResult:
+    values = {
+        "describe": Describe("transformer", "transformer", "post", 2, "cls", "mecab"),
+        "device": "CPU A",
+        "threads": 1,
+        "train_seconds": 20.0,
+        **extra,
+    }
+    return FoldResult(
+        fold=fold, f1=f1, accuracy=f1, best_epoch=1, epochs_run=2, train_samples_per_s=100.0,
+        time_to_first_step_s=0.0, train_size=100, val_size=50, checkpoint=None, tokenizer_dir="tok",
+        config_hash=key, **values,
+    )  # fmt: skip
+
+
+def test_equal_class_mixes_leave_the_validation_f1_unchanged():
+    rng = np.random.default_rng(0)
+    matrix = rng.integers(0, 40, size=(4, 4)) + np.diag([60, 50, 40, 30])
+    weights = importance_weights([10, 20, 30, 40], [100, 200, 300, 400])  # the same shares
+    assert np.allclose(weights, 1)
+    true, predicted = np.repeat(np.indices(matrix.shape).reshape(2, -1), matrix.ravel(), axis=1)
+    assert weighted_macro_f1(matrix, weights) == pytest.approx(f1_score(true, predicted, average="macro"))
+
+
+def test_a_skewed_mix_reweights_each_title_and_moves_precision_the_right_way():
+    # The validation file is 10:1 in class 0; the training titles are 1:1. Class 1's precision
+    # suffers from class 0's many misses; at the training mix those count a tenth as much.
+    matrix = np.array([[900, 100], [10, 90]])
+    weights = importance_weights([500, 500], [1000, 100])
+    assert weights == pytest.approx([0.55, 5.5])
+    true, predicted = np.repeat(np.indices(matrix.shape).reshape(2, -1), matrix.ravel(), axis=1)
+    per_title = f1_score(true, predicted, average="macro", sample_weight=weights[true])
+    reweighted = weighted_macro_f1(matrix, weights)
+    assert reweighted == pytest.approx(per_title)
+    assert reweighted > f1_score(true, predicted, average="macro") + 0.1
+    # The other way round (a training mix that favours class 0) lowers it.
+    assert weighted_macro_f1(matrix, importance_weights([950, 50], [1000, 100])) < weighted_macro_f1(matrix, np.ones(2))
+
+
+def test_per_class_f1_from_a_matrix_is_sklearns():
+    rng = np.random.default_rng(1)
+    true, predicted = rng.integers(0, 5, 300), rng.integers(0, 5, 300)
+    predicted[:100] = true[:100]
+    from sklearn.metrics import confusion_matrix
+
+    matrix = confusion_matrix(true, predicted, labels=range(6))  # class 5 neither present nor predicted
+    expected = f1_score(true, predicted, labels=range(6), average=None, zero_division=0)
+    assert per_class_f1(matrix) == pytest.approx(expected)
+
+
+def test_the_class_table_averages_the_fold_models_and_names_the_baselines():
+    names = ["a", "b"]
+    folds = [
+        record("k", k, validation=ValidationScore(0.5, 0.5, 10, "v", dict(zip(names, (0, 0))), m))
+        for k, m in enumerate(([[5, 0], [0, 5]], [[5, 0], [5, 0]]))
+    ]
+    table = class_table(folds, ["k"], names, [{"name": "base", "validation_confusion": [[[4, 1], [1, 4]]]}])
+    assert table["mecab / transformer / post / L2"].tolist() == pytest.approx([(1 + 2 / 3) / 2, 0.5])
+    assert table["base"].tolist() == pytest.approx([0.8, 0.8])
+
+
+def test_seconds_per_epoch_are_never_averaged_across_machines():
+    folds = [
+        record("k", 0, device="CPU A"),
+        record("k", 1, device="CPU A", train_seconds=40.0),
+        record("k", 2, device="CPU B", train_seconds=400.0),
+        record("k2", 0, device="GPU C", threads=0),
+    ]
+    tables = per_machine_tables(folds)
+    assert list(tables) == ["CPU A, 1 thread", "CPU B, 1 thread", "GPU C"]  # most folds first
+    assert tables["CPU A, 1 thread"].loc["mecab / transformer / post", 2] == "15 (2)"  # median of 10 and 20 s
+    assert tables["CPU B, 1 thread"].loc["mecab / transformer / post", 2] == "200 (1)"
+
+
+def test_recorded_sizes_are_each_configurations_mean_over_folds():
+    folds = [record("k", k, model_size=ModelSize(100 + k, 50, 1000.0 * (k + 1), 9)) for k in range(2)]
+    sizes = recorded_sizes([*folds, record("none", 0)])
+    assert list(sizes.index) == ["k"]
+    assert sizes.loc["k", ["params_embedding", "params_non_embedding", "flops_per_title"]].tolist() == [
+        100,  # 100.5 rounded half to even
+        50,
+        1500.0,
+    ]
+
+
+def test_nbsvm_beats_chance_on_a_separable_toy_set_and_predicts_its_classes():
+    from klue_tc.nbsvm import NBSVM
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([3, 5, 9], 40)
+    features = rng.integers(0, 3, size=(len(labels), 30))  # noise words, counts 0-2
+    features[:, [21, 25, 27]] = 0
+    for i, label in enumerate(labels):
+        features[i, 30 - label] = 1  # each class has a word of its own
+    model = NBSVM(C=0.1).fit(features[::2], labels[::2])
+    predicted = model.predict(features[1::2])
+    assert set(predicted) <= {3, 5, 9}
+    assert f1_score(labels[1::2], predicted, average="macro") > 0.9  # chance: a third
+    assert model.decision_function(features[:3]).shape == (3, 3)
+
+
+def test_the_nbsvm_baseline_scores_headlines_on_the_runs_folds(tmp_path):
+    from klue_tc.baseline import NB_SVM, score_on_folds
+    from klue_tc.config import CVConfig, DataConfig
+
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
+    validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=6, seed=1))
+    data = DataConfig(path=str(train), validation_path=str(validation))
+    rows = score_on_folds(data, CVConfig(folds=2, seed=42), 42, tmp_path / "nbsvm.json", 0.1, NB_SVM)
+    assert len(rows) == 2
+    for row in rows:
+        assert tuple(row["C"]) in NB_SVM.c_grid and row["f1"] > 0.8 and row["validation_f1"] > 0.8
+        assert np.sum(row["validation_confusion"]) == 6 * len(LABEL_NAMES)
+    assert json.loads((tmp_path / "nbsvm.json").read_text())["folds"] == rows
+
+
+@pytest.fixture(scope="module")
+def trained_store(tmp_path_factory) -> tuple:
+    """One tiny configuration trained for real into a results store (a few seconds)."""
+    tmp = tmp_path_factory.mktemp("store")
+    train = write_tsv(tmp / "train.tsv", make_headlines(per_class=14, seed=0))
+    validation = write_tsv(tmp / "validation.tsv", make_headlines(per_class=5, seed=1))
+    results = tmp / "sweep" / "results"
+    overrides = [
+        f"data.path={train}",
+        f"data.validation_path={validation}",
+        f"results.dir={results}",
+        f"data.cache_dir={tmp / 'cache'}",
+        "logger=none",
+        *TINY_MODEL,
+        "+experiment=transformer",
+        "encoder.layers=2",
+        "cv.folds=2",
+        "trainer.max_epochs=2",
+    ]
+    run_in_process(overrides, tmp / "run")
+    return tmp, results
+
+
+def test_a_record_without_its_size_is_measured_from_its_config_as_training_measured_it(trained_store):
+    from klue_tc.results import ResultsStore
+
+    _, results = trained_store
+    records = ResultsStore(results).records()
+    recorded = recorded_sizes(records)
+    stripped = [replace(r, model_size=None) for r in records]
+    measured, problems = configuration_sizes(stripped, results.parent)
+    assert problems == []
+    assert set(measured["size_source"]) == {"built from config.yaml"}
+    first = min(records, key=lambda r: r.fold).model_size
+    key = records[0].config_hash
+    assert measured.loc[key, "params_non_embedding"] == recorded.loc[key, "params_non_embedding"]
+    assert measured.loc[key, "params_embedding"] == first.embedding_params
+    assert measured.loc[key, "flops_per_title"] == pytest.approx(first.forward_flops_per_title)
+
+
+def test_the_report_holds_every_further_analysis(trained_store):
+    from klue_tc.report.write import write_report
+
+    tmp, results = trained_store
+    write_report(results.parent)
+    markdown = (results.parent / "report.md").read_text(encoding="utf-8")
+    for heading in (
+        "## Linear baselines",
+        "## Model sizes",
+        "## Seconds per epoch, per machine",
+        "## The best configurations class by class",
+        "## Class mix: training titles against the validation file",
+    ):
+        assert heading in markdown
+    assert "NB-SVM" in markdown and "TF-IDF" in markdown
+    for plot in ("f1_by_size.png", "confusion_best.png", "learning_curves.png"):
+        assert (results.parent / plot).stat().st_size > 1000
+        assert plot in markdown
+    csv = pd.read_csv(results.parent / "report.csv")
+    record = next(iter(__import__("klue_tc.results", fromlist=["ResultsStore"]).ResultsStore(results).records()))
+    assert csv.loc[0, "params_non_embedding"] == record.model_size.non_embedding_params
+    assert 0 <= csv.loc[0, "validation_f1_train_mix"] <= 1
+    # The class mix the report shows is the training file's (14 a class) against the validation file's (5).
+    assert "| IT과학 | 14 (14.3%) | 5 (14.3%) | 1.00 |" in markdown
+
+
+def test_learning_curves_plot_one_panel_per_configuration(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from klue_tc.report.per_class import plot_learning_curves
+
+    curve = [EpochScores(e, 0.5 + e / 10, 0, 0, 0.4 + e / 10, 0, 0) for e in (1, 2, 3)]
+    folds = [record(key, k, learning_curve=curve) for key in ("a", "b") for k in range(2)]
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
+    plot_learning_curves(folds, ["a", "b"], tmp_path / "curves.png")
+    (figure,) = saved
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert len(panels) == 2
+    assert panels[0].get_shared_x_axes().joined(panels[0], panels[1])
+
+
+def test_sizes_built_from_configs_are_kept_and_never_built_twice(tmp_path):
+    configuration = tmp_path / "results" / "k"
+    configuration.mkdir(parents=True)
+    (configuration / "config.yaml").write_text("encoder: {name: transformer}\n")
+    (configuration / "fold0.json").write_text("{}")
+    built = []
+
+    def size_of(config: dict, fold: int) -> ModelSize:
+        built.append((config["encoder"]["name"], fold))
+        return ModelSize(10, 20, 30.0, 5)
+
+    folds = [record("k", 1), record("k", 0), record("lost", 0)]
+    first, problems = configuration_sizes(folds, tmp_path, size_of, tmp_path / "sizes.json")
+    assert built == [("transformer", 0)]  # the first fold's, once
+    assert problems == ["lost: no config.yaml beside its records"]
+    assert first.loc["k", ["params_embedding", "params_non_embedding", "flops_per_title"]].tolist() == [10, 20, 30.0]
+
+    def never(*_):
+        raise AssertionError("built again")
+
+    again, _ = configuration_sizes(folds, tmp_path, never, tmp_path / "sizes.json")
+    pd.testing.assert_frame_equal(first, again, check_dtype=False)
