@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from klue_tc.errors import KlueTcError
 from klue_tc.records import FoldResult, ModelSize
@@ -242,8 +242,12 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
                 if pd.notna(baseline.get(value if value != "f1_mean" else "f1")):
                     ax.axhline(baseline[value if value != "f1_mean" else "f1"], color="grey", linestyle=style, lw=1)
             ax.set_xscale("log")
-            for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-                axis(FuncFormatter(lambda x, _: f"{x / 1e6:.1f} M"))
+            # Labelled ticks at 1, 2, 3 and 5 of each decade: readable over one decade or several.
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g} M"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            # A margin wide enough that the smallest design has a labelled tick to its left.
+            ax.set_xlim(frame["params_non_embedding"].min() * 0.8, frame["params_non_embedding"].max() * 1.25)
             ax.grid(alpha=0.3, which="both")
             if row == 0:
                 ax.set_title(f"tokenizer: {tokenizer}")
