@@ -241,3 +241,28 @@ def test_sizes_built_from_configs_are_kept_and_never_built_twice(tmp_path):
 
     again, _ = configuration_sizes(folds, tmp_path, never, tmp_path / "sizes.json")
     pd.testing.assert_frame_equal(first, again, check_dtype=False)
+
+
+def test_configurations_kept_from_their_size_by_one_reason_are_counted_in_one_line():
+    from klue_tc.report.sizes import grouped
+
+    problems = ["a: data.path=x: file not found", "b: data.path=x: file not found", "c: no config.yaml"]
+    assert grouped(problems) == ["2 configurations: data.path=x: file not found", "c: no config.yaml"]
+
+
+def test_without_the_data_file_the_report_says_so_and_keeps_what_the_records_hold(trained_store, tmp_path):
+    import shutil
+
+    from klue_tc.report.write import write_report
+
+    _, results = trained_store
+    moved = tmp_path / "sweep" / "results"
+    shutil.copytree(results, moved)
+    for config in moved.glob("*/config.yaml"):
+        text = config.read_text(encoding="utf-8")
+        config.write_text(text.replace(str(results.parent.parent / "train.tsv"), str(tmp_path / "gone.tsv")))
+    write_report(moved.parent)
+    markdown = (moved.parent / "report.md").read_text(encoding="utf-8")
+    assert "No class mix: " in markdown and "gone.tsv" in markdown
+    assert "No baseline scored" in markdown
+    assert "(1 recorded)" in markdown  # the sizes the records carry need no data

@@ -162,6 +162,16 @@ def configuration_sizes(
     return pd.concat([frame for frame in (recorded, known, measured) if not frame.empty]), problems
 
 
+def grouped(problems: list[str]) -> list[str]:
+    """'key: why' lines as one per reason, with how many configurations it kept from being measured
+    (a study whose data file is missing would otherwise list every configuration)."""
+    reasons: dict[str, list[str]] = {}
+    for problem in problems:
+        key, _, why = problem.partition(": ")
+        reasons.setdefault(why, []).append(key)
+    return [f"{keys[0] if len(keys) == 1 else f'{len(keys)} configurations'}: {why}" for why, keys in reasons.items()]
+
+
 def millions(value: float) -> str:
     return f"{value / 1e6:.2f}"
 
@@ -188,6 +198,7 @@ def size_section(
     """The sizes table, the F1-against-size plot, and the size columns for report.csv."""
     designs = configurations(records)
     sizes, problems = configuration_sizes(records, directory, size_of, directory / SIZES_CACHE)
+    problems = grouped(problems)
     lines = ["## Model sizes", ""]
     if sizes.empty:
         return Section(lines + ["No sizes: " + ("; ".join(problems) or "no record carries one") + ".", ""])
