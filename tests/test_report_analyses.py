@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -266,3 +267,8 @@ def test_without_the_data_file_the_report_says_so_and_keeps_what_the_records_hol
     assert "No class mix: " in markdown and "gone.tsv" in markdown
     assert "No baseline scored" in markdown
     assert "(1 recorded)" in markdown  # the sizes the records carry need no data
+
+
+def test_no_size_anywhere_is_an_empty_table_and_a_line():
+    sizes, problems = configuration_sizes([record("k", 0)], Path("/nonexistent"))
+    assert sizes.empty and problems == ["k: no config.yaml beside its records"]

@@ -159,7 +159,8 @@ def configuration_sizes(
     if cache is not None and not measured.empty:
         stored |= json.loads(measured.to_json(orient="index"))
         atomic_write_text(cache, json.dumps(stored, indent=1, sort_keys=True))
-    return pd.concat([frame for frame in (recorded, known, measured) if not frame.empty]), problems
+    found = [frame for frame in (recorded, known, measured) if not frame.empty]
+    return (pd.concat(found) if found else recorded), problems
 
 
 def grouped(problems: list[str]) -> list[str]:
