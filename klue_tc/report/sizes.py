@@ -211,10 +211,14 @@ def size_section(
         "Parameters outside the embedding tables and forward FLOPs per title (matrix products, "
         "attention and recurrent steps, over a title of the fold's median length in tokens); each "
         f"configuration's from its records or built again from its config.yaml ({sources}). "
-        "LayerNorm placement and pretraining change neither.",
+        "The LayerNorm placement changes them by a final LayerNorm at most; pretraining not at all.",
         "",
-        "Embedding tables (they grow with the vocabulary, not the design): "
-        + "; ".join(f"{t}: {millions(r['min'])}–{millions(r['max'])} M" for t, r in embedding.iterrows())
+        "Embedding tables grow with the vocabulary, not the design (a pretrained encoder's tokenizer is "
+        "fitted on its pretraining corpus): "
+        + "; ".join(
+            f"{t}: {millions(r['min'])}" + (f"–{millions(r['max'])}" if r["max"] != r["min"] else "") + " M"
+            for t, r in embedding.iterrows()
+        )
         + " parameters.",
         "",
         *size_table(sizes, designs),
