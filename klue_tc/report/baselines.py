@@ -41,7 +41,10 @@ def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Se
                 for b in baselines
             ],
             "validation macro-F1": [f"{b['validation_f1']:.3f}" for b in baselines],
-            "setting per fold": [f"{b['setting_name']} " + ", ".join(b["C"]) if b["C"] else "fixed" for b in baselines],
+            "setting per fold": [
+                f"{b['setting_name']} " + (", ".join(b["C"]) if b["C"] else f"{b['default_setting']} (fixed)")
+                for b in baselines
+            ],
         },
         index=[b["name"] for b in baselines],
     )

@@ -195,6 +195,7 @@ def baseline_scores(recipe: Recipe, directory: Path, baseline: Optional[LinearBa
     return {
         "name": baseline.name,
         "setting_name": baseline.setting_name,
+        "default_setting": baseline.describe(baseline.default_c),
         "f1": rows["f1"].mean(),
         "f1_std": rows["f1"].std(ddof=1),
         "validation_f1": validation,
