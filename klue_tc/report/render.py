@@ -65,8 +65,12 @@ def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFra
     def cell(row) -> str:
         if pd.isna(row[mean]):
             return "–"
-        half = (row[high] - row[low]) / 2 if pd.notna(row[high]) else float("nan")
-        text = f"{row[mean]:.3f}" + (f" ±{half:.3f}" if pd.notna(half) and shared is None else "")
+        # The interval's centre is the model's mean: the fold mean, or for a cell short of folds the
+        # mean adjusted for how hard its folds were (the fold effects the other cells show).
+        centre, half = (
+            ((row[high] + row[low]) / 2, (row[high] - row[low]) / 2) if pd.notna(row[high]) else (row[mean], None)
+        )
+        text = f"{centre:.3f}" + (f" ±{half:.3f}" if half is not None and shared is None else "")
         text += f" (n={row['folds']})" if row["folds"] < most else ""
         if row[tied] == "best":
             return f"**{text}**"
@@ -149,9 +153,10 @@ def grid_line(grid: Optional[Grid], summary: pd.DataFrame, metric: str) -> str:
         else "each cell shows ±half its interval"
     )
     return (
-        f"Each cell: its mean over folds (at the average fold) with the 95 % t interval of one model of "
-        f"the whole grid, fold F1 = cell + fold + noise{noise}; {each}. (n=k): a cell with fewer than "
-        f"{summary['folds'].max()} folds. **bold**: the best; *: tied with it ({TIES_METHOD}, 95 %)."
+        f"Each cell: its mean at the average fold with the 95 % t interval of one model of the whole grid, "
+        f"fold F1 = cell + fold + noise{noise}; {each}. (n=k): a cell with fewer than "
+        f"{summary['folds'].max()} folds, its mean adjusted for how hard those folds were (report.csv's "
+        f"mean columns are the plain fold means). **bold**: the best; *: tied with it ({TIES_METHOD}, 95 %)."
     )
 
 

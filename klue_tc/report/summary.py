@@ -161,7 +161,9 @@ def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) ->
     """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
     tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
     without it, the most folds any configuration has): one line per table row and fold count, and
-    how many configurations that is."""
+    how many configurations that is. With several pretraining objectives, each is a row of its own."""
+    if "pretrain" in summary and summary["pretrain"].nunique() > 1:
+        summary = summary.assign(ln=summary["ln"] + " / " + summary["pretrain"])
     rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
     absent = [
