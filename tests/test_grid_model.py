@@ -205,3 +205,13 @@ def test_the_crossed_bootstrap_centres_on_the_scores_and_separates_a_real_gap():
     low, high = boot.interval(pd.Series({"good": 1.0, "twin": -1.0}))
     assert low < 0 < high
     assert np.isnan(boot.interval(pd.Series({"good": 1.0, "absent": -1.0}))[0])
+
+
+def test_the_report_names_the_interactions_found_among_its_verdicts():
+    from klue_tc.report.render import found_interactions
+
+    planted = interactions(synthetic_folds(planted_interactions, noise=0.003))
+    assert found_interactions(planted) == [
+        "- interactions whose interval excludes zero: CV macro-F1: LN × encoder, LN × layers (Interactions below)"
+    ]
+    assert "excludes zero: none" in found_interactions(interactions(synthetic_folds(noise=0.003)))[0]

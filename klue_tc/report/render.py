@@ -202,6 +202,17 @@ def verdict_lines(verdicts: Verdicts) -> list[str]:
     return lines
 
 
+def found_interactions(table: Optional[pd.DataFrame]) -> list[str]:
+    """One line naming, per metric, the interactions whose interval excludes zero (the Interactions
+    section words each)."""
+    if table is None or table.empty:
+        return []
+    found = table[(table["kind"] == "interaction") & ((table["low"] > 0) | (table["high"] < 0))]
+    names = {m: sorted(set(part["family"])) for m, part in found.groupby("metric", sort=False)}
+    text = "; ".join(f"{METRICS[m]}: {', '.join(f)}" for m, f in names.items()) or "none"
+    return [f"- interactions whose interval excludes zero: {text} (Interactions below)"]
+
+
 def effects_lines(effects: Effects) -> list[str]:
     if effects.table.empty:
         why = "; ".join(effects.left_out) or "the records vary no factor against its reference level"
@@ -254,7 +265,7 @@ def to_markdown(
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     if shared is not None:
         lines += [shared.line(), ""]
-    lines += ["## Verdicts", "", *verdict_lines(verdicts)]
+    lines += ["## Verdicts", "", *verdict_lines(verdicts), *found_interactions(interactions)]
     for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
         lines += [
             "",

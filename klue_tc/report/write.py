@@ -57,7 +57,8 @@ def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Option
     parts.sort(key=lambda item: not item[0].startswith("none"))
     if beside is not None:
         other = fold_frame(beside)
-        parts.insert(0, (f"{beside} (all records)", other))
+        scratch = "pretrain" not in other or set(other["pretrain"]) == {"none"}
+        parts.insert(0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other))
     if len(parts) < 2:
         return []
     studies = []
