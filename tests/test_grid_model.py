@@ -215,3 +215,34 @@ def test_the_report_names_the_interactions_found_among_its_verdicts():
         "- interactions whose interval excludes zero: CV macro-F1: LN × encoder, LN × layers (Interactions below)"
     ]
     assert "excludes zero: none" in found_interactions(interactions(synthetic_folds(noise=0.003)))[0]
+
+
+def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_path):
+    from test_selection import some_predictions
+
+    from klue_tc.records import FoldResult
+    from klue_tc.report.title_bootstrap import validation_predictions
+    from klue_tc.results import ResultsStore
+
+    store, rng, kept = ResultsStore(tmp_path / "results"), np.random.default_rng(4), {}
+    truth = rng.integers(0, 7, 20)  # every model is scored on the same validation titles
+    for config, fold in itertools.product(("a", "b"), range(2)):
+        predictions = some_predictions(rng, n=40)
+        predictions.validation.label = truth.astype(np.int16)
+        kept[(config, fold)] = predictions.validation
+        record = FoldResult(
+            fold=fold, f1=0.5, accuracy=0.5, best_epoch=1, epochs_run=1, train_samples_per_s=1.0,
+            time_to_first_step_s=0.0, train_seconds=1.0, train_size=10, val_size=5, checkpoint=None,
+            tokenizer_dir="tokenizer", config_hash=config, predictions=predictions,
+        )  # fmt: skip
+        store.put(config, fold, record)
+        (tmp_path / "results" / config / f"fold{fold}.predictions.npz").unlink()  # as committed: classes only
+    found = validation_predictions(tmp_path)
+    assert sorted(found) == sorted(kept)
+    for key, titles in kept.items():
+        assert all(np.array_equal(a, b) for a, b in zip(found[key], (titles.index, titles.label, titles.predicted)))
+    boot = TitleBootstrap(found, resamples=50)
+    assert sorted(boot.configs) == ["a", "b"] and boot.means.shape == (50, 2)
+    # A configuration scored against other labels cannot be resampled with the rest.
+    found[("c", 0)] = found[("c", 1)] = (found[("a", 0)][0], (truth + 1) % 7, found[("a", 0)][2])
+    assert "c" not in TitleBootstrap(found, resamples=10).configs

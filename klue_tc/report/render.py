@@ -152,11 +152,17 @@ def grid_line(grid: Optional[Grid], summary: pd.DataFrame, metric: str) -> str:
         if shared is not None
         else "each cell shows ±half its interval"
     )
+    titles = (
+        " report.csv's validation_f1_titles_low and _high give each cell's interval with the validation "
+        "titles resampled too (crossed bootstrap over folds × titles)."
+        if metric == "validation_f1" and summary.get("validation_f1_titles_low", pd.Series(dtype=float)).notna().any()
+        else ""
+    )
     return (
         f"Each cell: its mean at the average fold with the 95 % t interval of one model of the whole grid, "
         f"fold F1 = cell + fold + noise{noise}; {each}. (n=k): a cell with fewer than "
         f"{summary['folds'].max()} folds, its mean adjusted for how hard those folds were (report.csv's "
-        f"mean columns are the plain fold means). **bold**: the best; *: tied with it ({TIES_METHOD}, 95 %)."
+        f"mean columns are the plain fold means). **bold**: the best; *: tied with it ({TIES_METHOD}, 95 %)." + titles
     )
 
 

@@ -64,7 +64,11 @@ class TitleBootstrap:
         # Only configurations with every fold, scored on the same titles, can be resampled together.
         complete = {c: v for c, v in by_config.items() if sorted(v) == folds}
         first = next(iter(complete.values()))[folds[0]] if complete else None
-        self.configs = [c for c, v in complete.items() if all(np.array_equal(v[f][0], first[0]) for f in folds)]
+        self.configs = [
+            c
+            for c, v in complete.items()
+            if all(np.array_equal(v[f][0], first[0]) and np.array_equal(v[f][1], first[1]) for f in folds)
+        ]
         self.folds = folds
         self.means = pd.DataFrame()
         if not self.configs:
