@@ -1,4 +1,4 @@
-"""Paired marginal effects and near-best marking, on synthetic fold records with a planted answer."""
+"""Marginal effects read from the grid model, on synthetic fold records with a planted answer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from klue_tc.report.effects import marginal_effects, within_noise_of_best
+from klue_tc.report.effects import marginal_effects
 
 HEADS = {"transformer": "cls", "trans_blstm": "blstm", "trans_blstm_parallel": "blstm", "cnn": "cls"}
 TOKENIZERS = ("sentencepiece", "mecab", "kobert")
@@ -58,22 +58,17 @@ def test_a_planted_encoder_effect_is_found_with_its_sign_and_an_interval_off_zer
     cnn = effect(effects, "encoder", "cnn")
     assert cnn.difference == pytest.approx(-0.03, abs=0.003)
     assert cnn.low < cnn.difference < cnn.high < 0
-    assert (cnn.reference, cnn.cells, cnn.pairs) == ("transformer", 30, 90)  # 2 ln x 5 layers x 3 tokenizers
-    assert "paired bootstrap over cells" in cnn.method
+    # 2 ln x 5 layers x 3 tokenizers matched sets; 60 cells of 3 folds
+    assert (cnn.reference, cnn.cells, cnn.pairs) == ("transformer", 30, 180)
+    assert "grid model" in cnn.method
     others = effects[effects.level != "cnn"]
     assert (others.difference.abs() < 0.003).all(), others  # the planted effect leaks into no other factor
 
 
-def test_pure_noise_gives_intervals_that_cover_zero():
+def test_pure_noise_gives_intervals_that_mostly_cover_zero():
     effects = marginal_effects(synthetic_folds(noise=0.02, seed=3))
     assert len(effects) == 3 + 1 + 4 + 2  # every non-reference level of every factor
-    assert ((effects.low < 0) & (effects.high > 0)).all(), effects
-
-
-def test_effects_are_deterministic_for_a_seed():
-    folds = synthetic_folds(noise=0.02)
-    pd.testing.assert_frame_equal(marginal_effects(folds, seed=5), marginal_effects(folds, seed=5))
-    assert not marginal_effects(folds, seed=5)["low"].equals(marginal_effects(folds, seed=6)["low"])
+    assert ((effects.low < 0) & (effects.high > 0)).sum() >= 9, effects  # 95 % each: one miss in ten at most
 
 
 def test_a_partial_grid_and_another_metric_column_work():
@@ -83,8 +78,9 @@ def test_a_partial_grid_and_another_metric_column_work():
     folds.loc[folds.index[:5], "validation_f1"] = np.nan  # a fold or two not scored
     effects = marginal_effects(folds, metric="validation_f1")
     cnn = effect(effects, "encoder", "cnn")
-    # The unscored rows take away the transformer's (post, 2, sentencepiece) cell whole, and 2 folds of another.
-    assert (cnn.cells, cnn.pairs) == (28, 29 * 3 - 3 - 2)
+    # The unscored rows take away the transformer's (post, 2, sentencepiece) cell whole and 2 folds of
+    # another, which the model still uses: 28 matched sets of 56 cells, one with a single fold.
+    assert (cnn.cells, cnn.pairs) == (28, 56 * 3 - 2)
     assert cnn.high < 0 and cnn.metric == "validation_f1"
 
 
@@ -92,26 +88,6 @@ def test_a_level_without_a_matched_pair_is_left_out():
     folds = synthetic_folds()
     folds = folds[~((folds.encoder == "transformer") & (folds.layers == 6))]
     lonely = folds[(folds.encoder == "cnn") & (folds.layers == 6)].assign(encoder="lonely")
-    effects = marginal_effects(pd.concat([folds, lonely]))
+    effects = marginal_effects(pd.concat([folds, lonely.assign(config_hash="lonely-" + lonely.config_hash)]))
     assert "lonely" not in set(effects.level)
     assert effect(effects, "encoder", "cnn").cells == 24  # layers 6 has no transformer to pair with
-
-
-def test_a_clear_winner_is_the_only_one_within_noise_of_the_best():
-    def winner(encoder, ln, layers, tokenizer):
-        return 0.05 if (encoder, ln, layers, tokenizer) == ("trans_blstm", "post", 3, "mecab") else 0.0
-
-    near = within_noise_of_best(synthetic_folds(winner))
-    assert near.index[0] == "trans_blstm-post-3-mecab" and near["is_best"].iloc[0]
-    assert near["within_noise"].iloc[0] and not near["within_noise"].iloc[1:].any()
-    assert (near["high"].iloc[1:] < 0).all() and near["shared_folds"].eq(3).all()
-    assert {"encoder", "layers", "tokenizer"} <= set(near.columns)
-
-
-def test_without_a_winner_many_are_within_noise_and_one_shared_fold_is_unknown():
-    folds = synthetic_folds(noise=0.01)
-    single = "cnn-pre-4-kobert"
-    folds = folds[(folds.config_hash != single) | (folds.fold == 0)]
-    near = within_noise_of_best(folds)
-    assert near["within_noise"].sum() > len(near) / 2
-    assert near.loc[single, "shared_folds"] == 1 and near.loc[single, "within_noise"] is pd.NA

@@ -37,7 +37,7 @@ def test_effects_forest_plot_has_a_panel_per_metric(tmp_path):
     folds = synthetic_folds(cnn_lower)
     folds["validation_f1"] = folds["f1"] + np.random.default_rng(0).normal(0, 0.01, len(folds))
     effects = pd.concat(
-        [marginal_effects(folds, resamples=200), marginal_effects(folds, "validation_f1", resamples=200)],
+        [marginal_effects(folds), marginal_effects(folds, "validation_f1")],
         ignore_index=True,
     )
     effects.loc[effects.index[0], ["low", "high"]] = np.nan  # one level without an interval still plots

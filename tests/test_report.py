@@ -118,11 +118,23 @@ def test_table_values_and_layout(sweep_dir: Path):
     assert list(sp.index) == ["transformer / post", "transformer / pre", "trans_blstm / post"]
     assert list(sp.columns) == [2, 4, 6]
     assert list(mecab.columns) == [2, 4]  # only the layer counts present
-    mean, std, _ = expected("sentencepiece", "trans_blstm", "post", 4)
-    assert plain(sp.loc["trans_blstm / post", 4]) == f"{mean:.4f} ± {std:.4f} (n=3)"
-    mean, _, _ = expected("mecab", "trans_blstm", "post", 2)
-    assert plain(mecab.loc["trans_blstm / post", 2]) == f"{mean:.4f} (n=1)"
+    # A cell with every fold: its fold mean ±half the grid model's interval (the same for all such cells).
+    mean, _, _ = expected("sentencepiece", "trans_blstm", "post", 4)
+    half = cell_half(summary, "sentencepiece", "trans_blstm", "post", 4)
+    assert plain(sp.loc["trans_blstm / post", 4]) == f"{mean:.3f} ±{half:.3f}"
+    assert half == pytest.approx(cell_half(summary, "mecab", "transformer", "pre", 2))
+    # One fold: its mean at the average fold (adjusted by the fold effect), a wider interval, (n=1).
+    one = summary.set_index(["tokenizer", "encoder", "ln", "layers"]).loc[("mecab", "trans_blstm", "post", 2)]
+    assert plain(mecab.loc["trans_blstm / post", 2]).endswith(" (n=1)")
+    assert cell_half(summary, "mecab", "trans_blstm", "post", 2) > half
+    centre, one_half = (one.f1_low + one.f1_high) / 2, (one.f1_high - one.f1_low) / 2
+    assert plain(mecab.loc["trans_blstm / post", 2]) == f"{centre:.3f} ±{one_half:.3f} (n=1)"
     assert mecab.loc["trans_blstm / post", 4] == "–"
+
+
+def cell_half(summary: pd.DataFrame, *cell) -> float:
+    row = summary.set_index(["tokenizer", "encoder", "ln", "layers"]).loc[cell]
+    return (row.f1_high - row.f1_low) / 2
 
 
 def test_files_written(sweep_dir: Path):
@@ -131,8 +143,10 @@ def test_files_written(sweep_dir: Path):
     markdown = (sweep_dir / "report.md").read_text(encoding="utf-8")
     assert markdown.count("### tokenizer: ") == 2  # CV only: no validation set was scored
     assert "| encoder / LN | 2 layers | 4 layers | 6 layers |" in markdown
-    mean, std, _ = expected("sentencepiece", "transformer", "pre", 6)
-    assert f"{mean:.4f} ± {std:.4f} (n=3)" in markdown
+    mean, _, _ = expected("sentencepiece", "transformer", "pre", 6)
+    assert f"| {mean:.3f} ±{cell_half(summary, 'sentencepiece', 'transformer', 'pre', 6):.3f}" in markdown
+    assert "one model of the whole grid" in markdown and "Hsu's comparison with the best" in markdown
+    assert (sweep_dir / "interactions.csv").is_file()
 
     csv = pd.read_csv(sweep_dir / "report.csv")
     assert list(csv.columns) == CSV_COLUMNS
@@ -151,8 +165,11 @@ def test_single_run_directory_and_heads(tmp_path: Path):
 
     table = tables["kobert"]
     assert list(table.index) == ["cnn / post / cls", "cnn / post / mean"]
-    assert plain(table.loc["cnn / post / cls", 3]) == f"0.7500 ± {np.std([0.7, 0.8], ddof=1):.4f} (n=2)"
-    assert plain(table.loc["cnn / post / mean", 3]) == f"0.6500 ± {np.std([0.6, 0.65, 0.7], ddof=1):.4f} (n=3)"
+    # cls lacks fold 2, the easiest by the other head's folds (0.60, 0.65, 0.70): least squares with the
+    # fold effects (-0.0625, +0.0125, +0.05) puts its mean at the average fold at 0.775, not the plain 0.750.
+    assert plain(table.loc["cnn / post / cls", 3]).startswith("0.775 ±")
+    assert plain(table.loc["cnn / post / cls", 3]).endswith(" (n=2)")
+    assert plain(table.loc["cnn / post / mean", 3]).startswith("0.650 ±")
 
 
 def test_cli_on_a_directory_without_results(tmp_path: Path):

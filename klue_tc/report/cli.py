@@ -29,6 +29,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--mode", default=defaults.mode, choices=["offline", "online"], help=f"W&B mode (default: {defaults.mode})"
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF + SVM reference row")
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        help="another study's records (say docs/study/results): claims.md shows its verdicts beside these",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     from klue_tc.report.write import write_report
@@ -40,9 +45,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             wandb_cfg=WandbConfig(project=args.project, mode=args.mode),
             group=args.directory.resolve().name,
             baseline=not args.no_baseline,
+            beside=args.beside,
         )
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(f"report: {args.directory / 'report.md'} (report.csv, effects.csv, claims.md and the plots beside it)")
+    print(
+        f"report: {args.directory / 'report.md'} (report.csv, effects.csv, interactions.csv, claims.md "
+        "and the plots beside it)"
+    )
     return 0

@@ -119,6 +119,13 @@ QUESTIONS = [
         lambda f: f["layers"] == f["layers"].min(),
         "the fewest layers",
     ),
+    Question(
+        "vii",
+        "encoders with and without self-pretraining",
+        lambda f: "pretrain" in f and f["pretrain"].nunique() > 1,
+        lambda f: f["pretrain"] == "none",
+        "the encoders trained from scratch",
+    ),
 ]
 
 

@@ -70,11 +70,17 @@ def design_legend(fig: Figure, frame: pd.DataFrame, extra: list[tuple[str, str]]
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
 
 
-def row_labels(summary: pd.DataFrame) -> pd.Series:
-    """'encoder / ln', plus '/ head' when the report holds more than one head per encoder."""
+def row_parts(summary: pd.DataFrame) -> list[str]:
+    """encoder and ln, plus head when the report holds more than one head per encoder, and
+    pretrain when it holds more than one starting point."""
     several_heads = summary.groupby("encoder")["head"].nunique().max() > 1
     parts = ["encoder", "ln", "head"] if several_heads else ["encoder", "ln"]
-    return summary[parts].astype(str).agg(" / ".join, axis=1)
+    return parts + (["pretrain"] if "pretrain" in summary and summary["pretrain"].nunique() > 1 else [])
+
+
+def row_labels(summary: pd.DataFrame) -> pd.Series:
+    """'encoder / ln' (/ head) (/ pretrain): a table row, a plot line."""
+    return summary[row_parts(summary)].astype(str).agg(" / ".join, axis=1)
 
 
 def plot_f1_by_layers(

@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 
 from klue_tc.report.claims import Claim
+from klue_tc.report.grid_model import Grid
 from klue_tc.report.loading import Recipe
 from klue_tc.report.summary import SharedCells
 
@@ -45,31 +46,58 @@ def recipe_line(recipe: Recipe, folds: pd.DataFrame) -> str:
     )
 
 
+COLUMNS = {  # per metric: the summary's mean, interval and tie columns
+    "f1": ("f1_mean", "f1_low", "f1_high", "within_noise_of_best"),
+    "validation_f1": ("validation_f1", "validation_f1_low", "validation_f1_high", "validation_within_noise_of_best"),
+}
+
+
 def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFrame]:
-    """Per tokenizer: rows encoder / LN, columns the layer counts, cells 'mean ± std (n)'; the best
-    in bold, * within noise of it (CV only)."""
+    """Per tokenizer: rows encoder / LN (/ pretrain), columns the layer counts, cells 'mean ±half'
+    of the grid model's 95 % interval, (n=k) only where a cell has fewer folds than the most; the
+    best in bold, * tied with it by the grid model."""
     from klue_tc.report.plots import row_labels
 
-    mean, std = ("f1_mean", "f1_std") if metric == "f1" else ("validation_f1", "validation_f1_std")
-    best = summary[mean].max()
+    mean, low, high, tied = COLUMNS[metric]
+    most = summary["folds"].max()
+    shared = uniform_half(summary, metric)
 
     def cell(row) -> str:
         if pd.isna(row[mean]):
             return "–"
-        spread = f" ± {row[std]:.4f}" if pd.notna(row[std]) else ""  # a sample std needs two folds
-        text = f"{row[mean]:.4f}{spread} (n={row['folds']})"
-        if row[mean] == best:
+        # The interval's centre is the model's mean: the fold mean, or for a cell short of folds the
+        # mean adjusted for how hard its folds were (the fold effects the other cells show).
+        centre, half = (
+            ((row[high] + row[low]) / 2, (row[high] - row[low]) / 2) if pd.notna(row[high]) else (row[mean], None)
+        )
+        text = f"{centre:.3f}" + (f" ±{half:.3f}" if half is not None and shared is None else "")
+        text += f" (n={row['folds']})" if row["folds"] < most else ""
+        if row[tied] == "best":
             return f"**{text}**"
-        return f"{text} *" if metric == "f1" and row["within_noise_of_best"] == "yes" else text
+        return f"{text} *" if row[tied] == "yes" else text
 
     cells = summary.assign(row=row_labels(summary), cell=summary.apply(cell, axis=1))
     tables = {}
     for tokenizer, part in cells.groupby("tokenizer", sort=False):
         table = part.pivot(index="row", columns="layers", values="cell")
         table = table.reindex(index=part["row"].drop_duplicates(), columns=sorted(part["layers"].unique()))
-        table.index.name, table.columns.name = "encoder / LN", "layers"
+        table.index.name, table.columns.name = row_title(summary), "layers"
         tables[tokenizer] = table.fillna("–")
     return tables
+
+
+def uniform_half(summary: pd.DataFrame, metric: str) -> Optional[float]:
+    """The half-width every cell's interval shares to the table's 3 decimals (a balanced grid), else
+    None: then each cell prints its own."""
+    _, low, high, _ = COLUMNS[metric]
+    halves = ((summary[high] - summary[low]) / 2).dropna().round(3)
+    return float(halves.iloc[0]) if len(halves) and halves.nunique() == 1 else None
+
+
+def row_title(summary: pd.DataFrame) -> str:
+    from klue_tc.report.plots import row_parts
+
+    return " / ".join({"ln": "LN"}.get(part, part) for part in row_parts(summary))
 
 
 def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
@@ -79,21 +107,93 @@ def markdown_table(frame: pd.DataFrame, header: list[str]) -> list[str]:
     ]
 
 
+def titles_part(row) -> str:
+    """'; titles low..high': the crossed bootstrap's interval, where the titles were resampled too."""
+    low, high = getattr(row, "titles_low", float("nan")), getattr(row, "titles_high", float("nan"))
+    return "" if pd.isna(low) else f"; titles {low:+.3f}..{high:+.3f}"
+
+
+def interval_text(row) -> str:
+    """'+0.007 (+0.005..+0.009)': a contrast with its grid-model interval (and the titles' one)."""
+    if pd.isna(row.low):
+        return f"{row.difference:+.3f} (no interval)"
+    return f"{row.difference:+.3f} ({row.low:+.3f}..{row.high:+.3f}{titles_part(row)})"
+
+
+TITLES_NOTE = (
+    "Validation intervals marked 'titles' also resample the validation titles: {method}, the same contrast "
+    "re-read on each resample (at the same confidence)."
+)
+
+
 def effects_table(effects: pd.DataFrame) -> list[str]:
-    from klue_tc.report.effects import NO_INTERVAL
-
-    def interval(row) -> str:
-        if pd.isna(row.low):
-            return f"{row.difference:+.4f} ({NO_INTERVAL})"
-        return f"{row.difference:+.4f} ({row.low:+.4f}..{row.high:+.4f})"
-
     frame = effects.assign(
-        text=effects.apply(interval, axis=1),
+        text=effects.apply(interval_text, axis=1),
         what=effects.apply(lambda r: f"{r.factor}: {r.level} − {r.reference}", axis=1),
     )
     table = frame.pivot_table(index="what", columns="metric", values="text", aggfunc="first", sort=False)
     columns = [m for m in METRICS if m in table.columns]
     return markdown_table(table[columns], ["paired difference", *(METRICS[m] for m in columns)])
+
+
+def grid_line(grid: Optional[Grid], summary: pd.DataFrame, metric: str) -> str:
+    """How the table's intervals and marks were made, with the fit's pooled noise."""
+    from klue_tc.report.grid_model import TIES_METHOD
+
+    fit = grid.fit if grid is not None else None
+    noise = (
+        f" (pooled residual std {fit.sigma:.4f} F1 over {len(fit.means)} cells, {fit.df} residual df)"
+        if fit is not None and fit.df > 0
+        else ""
+    )
+    shared = uniform_half(summary, metric)
+    each = (
+        f"every cell's interval is its mean ±{shared:.3f} (the grid is balanced), so the cells show the mean alone"
+        if shared is not None
+        else "each cell shows ±half its interval"
+    )
+    titles = (
+        " report.csv's validation_f1_titles_low and _high give each cell's interval with the validation "
+        "titles resampled too (crossed bootstrap over folds × titles)."
+        if metric == "validation_f1" and summary.get("validation_f1_titles_low", pd.Series(dtype=float)).notna().any()
+        else ""
+    )
+    return (
+        f"Each cell: its mean at the average fold with the 95 % t interval of one model of the whole grid, "
+        f"fold F1 = cell + fold + noise{noise}; {each}. (n=k): a cell with fewer than "
+        f"{summary['folds'].max()} folds, its mean adjusted for how hard those folds were (report.csv's "
+        f"mean columns are the plain fold means). **bold**: the best; *: tied with it ({TIES_METHOD}, 95 %)." + titles
+    )
+
+
+def interaction_lines(table: pd.DataFrame) -> list[str]:
+    """The interaction families as one table (a column per metric), then their verdicts."""
+    from klue_tc.report.interactions import verdicts as interaction_verdicts
+
+    if table.empty:
+        return ["## Interactions", "", "No interaction: the records vary no two of its factors together.", ""]
+
+    def interval(row) -> str:
+        return f"**{interval_text(row)}**" if row.kind == "interaction" else interval_text(row)
+
+    frame = table.assign(
+        text=table.apply(interval, axis=1),
+        what=table.apply(lambda r: f"{r.family}: {r.comparison} ({r.confidence * 100:.4g} %)", axis=1),
+    )
+    pivot = frame.pivot_table(index="what", columns="metric", values="text", aggfunc="first", sort=False)
+    columns = [m for m in METRICS if m in pivot.columns]
+    return [
+        "## Interactions",
+        "",
+        "Does one factor's effect depend on another? Contrasts of the grid model; within a family the "
+        "intervals are read at once, each at Bonferroni's level (shown); **bold**: the difference of "
+        "differences itself (interactions.csv).",
+        "",
+        *markdown_table(pivot[columns].fillna("–"), ["contrast", *(METRICS[m] for m in columns)]),
+        "",
+        *[f"- {line}" for line in interaction_verdicts(table)],
+        "",
+    ]
 
 
 def verdict_lines(verdicts: Verdicts) -> list[str]:
@@ -108,6 +208,17 @@ def verdict_lines(verdicts: Verdicts) -> list[str]:
     return lines
 
 
+def found_interactions(table: Optional[pd.DataFrame]) -> list[str]:
+    """One line naming, per metric, the interactions whose interval excludes zero (the Interactions
+    section words each)."""
+    if table is None or table.empty:
+        return []
+    found = table[(table["kind"] == "interaction") & ((table["low"] > 0) | (table["high"] < 0))]
+    names = {m: sorted(set(part["family"])) for m, part in found.groupby("metric", sort=False)}
+    text = "; ".join(f"{METRICS[m]}: {', '.join(f)}" for m, f in names.items()) or "none"
+    return [f"- interactions whose interval excludes zero: {text} (Interactions below)"]
+
+
 def effects_lines(effects: Effects) -> list[str]:
     if effects.table.empty:
         why = "; ".join(effects.left_out) or "the records vary no factor against its reference level"
@@ -115,12 +226,16 @@ def effects_lines(effects: Effects) -> list[str]:
     lines = [
         "## Marginal effects",
         "",
-        f"Each level against the reference, paired over cells that differ only "
-        f"in that factor and over folds; 95 % interval: {effects.table['method'].iloc[0]} (effects.csv).",
+        f"Each level against the reference, averaged over matched sets of cells that differ only "
+        f"in that factor; 95 % interval: {effects.table['method'].iloc[0]} (effects.csv).",
         "",
         *effects_table(effects.table),
         "",
     ]
+    if "titles_low" in effects.table and effects.table["titles_low"].notna().any():
+        from klue_tc.report.title_bootstrap import METHOD
+
+        lines += [TITLES_NOTE.format(method=METHOD), ""]
     if effects.left_out:
         lines += [f"Left out: {'; '.join(effects.left_out)}.", ""]
     return lines
@@ -137,7 +252,10 @@ def to_markdown(
     missing: list[str],
     plots: Sequence[str],
     shared: Optional[SharedCells] = None,
+    grids: Optional[Mapping[str, Grid]] = None,
+    interactions: Optional[pd.DataFrame] = None,
 ) -> str:
+    grids = grids or {}
     codes = sorted(set(folds["code"]))
     lines = [
         f"# F1 comparison: {directory.name}",
@@ -153,20 +271,19 @@ def to_markdown(
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     if shared is not None:
         lines += [shared.line(), ""]
-    lines += ["## Verdicts", "", *verdict_lines(verdicts)]
+    lines += ["## Verdicts", "", *verdict_lines(verdicts), *found_interactions(interactions)]
     for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
         lines += [
             "",
-            f"## {METRICS[metric]}: mean ± sample std over folds (n folds)",
+            f"## {METRICS[metric]}: mean with its 95 % interval (grid model)",
             "",
-            "**bold**: the best configuration"
-            + ("; *: within noise of it (paired t over folds, 95 %)" if metric == "f1" else " (each fold model alone)"),
+            grid_line(grids.get(metric), summary, metric),
             "",
         ]
         if baseline is not None and pd.notna(baseline.get(metric)):
-            spread = f" ± {baseline['f1_std']:.4f}" if metric == "f1" else ""
+            spread = f" ± {baseline['f1_std']:.3f} (sample std)" if metric == "f1" else ""
             lines += [
-                f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.4f}**{spread} "
+                f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.3f}**{spread} "
                 f"({baseline['folds']} folds"
                 + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
                 + ").",
@@ -176,10 +293,12 @@ def to_markdown(
             lines += [
                 f"### tokenizer: {tokenizer}",
                 "",
-                *markdown_table(table, ["encoder / LN", *(f"{n} layers" for n in table.columns)]),
+                *markdown_table(table, [table.index.name, *(f"{n} layers" for n in table.columns)]),
                 "",
             ]
     lines += effects_lines(effects)
+    if interactions is not None:
+        lines += interaction_lines(interactions)
     improving = summary[summary["still_improving"] > 0]
     lines += [
         "## Cost and convergence",

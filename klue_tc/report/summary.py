@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Optional
 import pandas as pd
 
 from klue_tc.errors import KlueTcError
-from klue_tc.report.loading import DESCRIBE, OPTUNA_RESULTS, OptunaBest, Recipe
+from klue_tc.report.loading import DESCRIBE, GRID, OPTUNA_RESULTS, OptunaBest, Recipe
+from klue_tc.report.title_bootstrap import TitleBootstrap
 
 if TYPE_CHECKING:  # scikit-learn is slow to import: only when a baseline is scored
     from klue_tc.baseline import LinearBaseline
@@ -22,8 +23,16 @@ CSV_COLUMNS = [
     "f1_mean",
     "f1_std",
     "folds",
+    "pretrain",
+    "f1_low",
+    "f1_high",
     "validation_f1",
     "validation_f1_std",
+    "validation_f1_low",
+    "validation_f1_high",
+    "validation_within_noise_of_best",
+    "validation_f1_titles_low",
+    "validation_f1_titles_high",
     "accuracy_mean",
     "within_noise_of_best",
     "best_epoch_mean",
@@ -40,7 +49,7 @@ def study_order() -> dict[str, int]:
     """Rows and panels follow the registries' order (the study's); anything else sorts after."""
     from klue_tc.registry import VARIANT_GROUPS
 
-    names = [n for registry in VARIANT_GROUPS.values() for n in registry.names()] + ["post", "pre"]
+    names = [n for registry in VARIANT_GROUPS.values() for n in registry.names()] + ["post", "pre", "none"]
     return {name: i for i, name in enumerate(names)}
 
 
@@ -65,10 +74,11 @@ class SharedCells:
 
 def per_configuration(folds: pd.DataFrame) -> pd.DataFrame:
     """Every configuration's fold summary, before cells are shared out."""
-    from klue_tc.report.effects import within_noise_of_best
+    from klue_tc.report.grid_model import cell_intervals
 
     summary = (
-        folds.groupby(["config_hash", *DESCRIBE], sort=False)
+        folds.assign(pretrain=folds["pretrain"] if "pretrain" in folds else "none")
+        .groupby(["config_hash", *GRID], sort=False)
         .agg(
             f1_mean=("f1", "mean"),
             f1_std=("f1", "std"),
@@ -85,11 +95,15 @@ def per_configuration(folds: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    noise = within_noise_of_best(folds, "f1")["within_noise"]
-    # yes / no, or unknown with fewer than two folds in common with the best
-    summary["within_noise_of_best"] = summary["config_hash"].map(
-        lambda key: "unknown" if pd.isna(noise.get(key, pd.NA)) else "yes" if noise[key] else "no"
-    )
+    for metric, prefix, mark in (
+        ("f1", "f1", "within_noise_of_best"),
+        ("validation_f1", "validation_f1", "validation_within_noise_of_best"),
+    ):
+        cells = cell_intervals(folds, metric)
+        summary[f"{prefix}_low"] = summary["config_hash"].map(cells["low"])
+        summary[f"{prefix}_high"] = summary["config_hash"].map(cells["high"])
+        # yes / no by the grid model's comparison with the best; unknown where it has no interval
+        summary[mark] = summary["config_hash"].map(cells["tied"]).fillna("unknown")
     return summary
 
 
@@ -106,7 +120,7 @@ def optuna_choice(summary: pd.DataFrame, best: Optional[OptunaBest]) -> Optional
 
 def shared_cells(configurations: pd.DataFrame, best: Optional[OptunaBest] = None) -> Optional[SharedCells]:
     """Which of `per_configuration`'s rows share a cell, and the rule the table follows (None: none do)."""
-    clashes = int(configurations.duplicated(DESCRIBE, keep=False).sum())
+    clashes = int(configurations.duplicated(GRID, keep=False).sum())
     if not clashes:
         return None
     if optuna_choice(configurations, best) is not None:
@@ -116,12 +130,17 @@ def shared_cells(configurations: pd.DataFrame, best: Optional[OptunaBest] = None
     return SharedCells(clashes, rule)
 
 
-def summarise_configs(folds: pd.DataFrame, best: Optional[OptunaBest] = None) -> pd.DataFrame:
+def summarise_configs(
+    folds: pd.DataFrame, best: Optional[OptunaBest] = None, titles: Optional[TitleBootstrap] = None
+) -> pd.DataFrame:
     """One row per configuration: fold macro-F1 mean ± sample std (none for one fold), and the rest.
 
     Configurations that share a cell (an Optuna search's trials, say) leave the trial Optuna named
-    best in it, else the one with most folds."""
+    best in it, else the one with most folds. `titles`: validation intervals that resample titles too."""
     summary = per_configuration(folds)
+    cells = titles.cell_intervals() if titles is not None else pd.DataFrame(columns=["low", "high"])
+    summary["validation_f1_titles_low"] = summary["config_hash"].map(cells["low"])
+    summary["validation_f1_titles_high"] = summary["config_hash"].map(cells["high"])
     shared = shared_cells(summary, best)
     if shared is not None:  # two settings the table does not show (d_model, data, ...) would share a cell
         log.warning("%s", shared.line())
@@ -129,12 +148,12 @@ def summarise_configs(folds: pd.DataFrame, best: Optional[OptunaBest] = None) ->
         summary = (
             summary.assign(_chosen=chosen)
             .sort_values(["_chosen", "folds"], ascending=False, kind="stable")
-            .drop_duplicates(DESCRIBE)
+            .drop_duplicates(GRID)
             .drop(columns="_chosen")
         )
     order = study_order()
     ranked = summary.sort_values(
-        DESCRIBE,
+        GRID,
         kind="stable",
         key=lambda col: col if col.name == "layers" else col.map(lambda v: (order.get(v, len(order)), str(v))),
     )
@@ -145,7 +164,9 @@ def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) ->
     """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
     tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
     without it, the most folds any configuration has): one line per table row and fold count, and
-    how many configurations that is."""
+    how many configurations that is. With several pretraining objectives, each is a row of its own."""
+    if "pretrain" in summary and summary["pretrain"].nunique() > 1:
+        summary = summary.assign(ln=summary["ln"] + " / " + summary["pretrain"])
     rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
     absent = [

@@ -10,6 +10,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from klue_tc.report.grid_model import Grid
+from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
 from klue_tc.report.render import (
     BASELINE,
@@ -23,27 +25,64 @@ from klue_tc.report.render import (
 )
 from klue_tc.report.sections import Section
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
+from klue_tc.report.title_bootstrap import TitleBootstrap, validation_predictions
 
 log = logging.getLogger(__name__)
 
 
-def judge(folds: pd.DataFrame, metrics: list[str]) -> Verdicts:
+def judge(folds: pd.DataFrame, metrics: list[str], grids: Optional[dict[str, Grid]] = None) -> Verdicts:
     """The claims the records can judge, per metric, and what the others need."""
     from klue_tc.report.claims import judge_claims
     from klue_tc.report.evidence import judgeable
 
+    grids = grids or {}
     judged, not_judged = {}, []
     for metric in metrics:
-        judged[metric], not_judged = judgeable(folds, judge_claims(folds, metric))
+        judged[metric], not_judged = judgeable(folds, judge_claims(folds, metric, grids.get(metric)))
     return Verdicts(judged, not_judged)
 
 
-def effects_of(folds: pd.DataFrame, metrics: list[str]) -> Effects:
+def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Optional[Path]) -> list:
+    """The verdicts of `beside`'s records (another study), then of this grid per pretraining
+    objective: empty when there is one study with one objective only."""
+    from klue_tc.report.claims import StudyVerdicts
+
+    parts = (
+        [
+            (f"{level} ({'from scratch' if level == 'none' else 'pretrained'}), this grid", part)
+            for level, part in folds.groupby("pretrain", sort=False)
+        ]
+        if "pretrain" in folds
+        else []
+    )
+    parts.sort(key=lambda item: not item[0].startswith("none"))
+    if beside is not None:
+        other = fold_frame(beside)
+        scratch = "pretrain" not in other or set(other["pretrain"]) == {"none"}
+        parts.insert(0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other))
+    if len(parts) < 2:
+        return []
+    studies = []
+    for name, part in parts:
+        found = judge(part, [m for m in metrics if m in part and part[m].notna().any()])
+        studies.append(StudyVerdicts(name, found.judged, found.not_judged))
+    return studies
+
+
+def effects_of(
+    folds: pd.DataFrame,
+    metrics: list[str],
+    grids: Optional[dict[str, Grid]] = None,
+    titles: Optional[TitleBootstrap] = None,
+) -> Effects:
     """Each factor's marginal effects where its reference level learnt; a phrase for each left out."""
     from klue_tc.report.effects import EFFECT_COLUMNS, FACTORS, marginal_effects
     from klue_tc.report.evidence import effects_missing
 
-    table = pd.concat([marginal_effects(folds, m) for m in metrics], ignore_index=True)
+    grids = grids or {}
+    table = pd.concat(
+        [marginal_effects(folds, m, grid=grids.get(m), titles=titles) for m in metrics], ignore_index=True
+    )
     left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(folds, f))}
     table = table[~table["factor"].isin(list(left_out))].reset_index(drop=True)
     return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), list(left_out.values()))
@@ -109,17 +148,21 @@ def write_report(
     wandb_cfg: Optional[Any] = None,
     group: Optional[str] = None,
     baseline: bool = True,
+    beside: Optional[Path] = None,
 ) -> pd.DataFrame:
     """Write the report's files into `directory`; return the per-configuration rows.
 
     `wandb_cfg`: a WandbConfig, or a mapping of its keys (the sweep's logger.wandb node); unset keys
-    take WandbConfig's defaults."""
+    take WandbConfig's defaults. `beside`: another study's records, whose verdicts claims.md shows
+    beside this one's."""
     from klue_tc.report.claims import claims_markdown
 
     directory = Path(directory)
     folds = fold_frame(directory)
     best = optuna_best(directory)
-    summary = summarise_configs(folds, best)
+    predictions = validation_predictions(directory)
+    titles = TitleBootstrap(predictions) if predictions else None
+    summary = summarise_configs(folds, best, titles)
     recipe = run_recipe(directory)
     from klue_tc.report.baselines import linear_baselines
 
@@ -127,10 +170,16 @@ def write_report(
     reference = next((b for b in baselines if b["name"] == BASELINE), None)
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
-    effects = effects_of(folds, metrics)
-    verdicts = judge(folds, metrics)
+    grids = {m: Grid(folds, m) for m in metrics}
+    effects = effects_of(folds, metrics, grids, titles)
+    verdicts = judge(folds, metrics, grids)
+    interplay = pd.concat([interactions(folds, m, grids[m], titles) for m in metrics], ignore_index=True)
     effects.table.to_csv(directory / "effects.csv", index=False)
-    (directory / "claims.md").write_text(claims_markdown(verdicts.judged, verdicts.not_judged), encoding="utf-8")
+    interplay.to_csv(directory / "interactions.csv", index=False)
+    (directory / "claims.md").write_text(
+        claims_markdown(verdicts.judged, verdicts.not_judged, studies_side_by_side(folds, metrics, beside)),
+        encoding="utf-8",
+    )
     plots = draw(summary, effects, reference, directory)
     sections = further_sections(directory, recipe, baselines)
     markdown = to_markdown(
@@ -144,6 +193,8 @@ def write_report(
         missing,
         [p.name for p in plots],
         shared_cells(per_configuration(folds), best),
+        grids,
+        interplay,
     )
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:

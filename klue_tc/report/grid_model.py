@@ -1,0 +1,292 @@
+"""One model of the whole grid, the source of every interval the report shows.
+
+Fold F1 = cell mean + fold effect + noise: an ordinary least-squares fit with a dummy per cell
+(configuration) and the fold as a blocking factor (fold k is the same title split for every
+configuration, so a hard split lowers every cell alike), the noise's variance pooled over all
+cells (N rows - cells - folds + 1 residual degrees of freedom, not 2 per cell). A cell's mean is
+its coefficient (the fold effects sum to zero, so it is the cell at the average fold: with every
+fold present, the plain fold mean); any comparison is a linear contrast of the cell means with a t
+interval at the residual degrees of freedom. Cells are fixed: the intervals say how well these
+folds pin down these cells' means, not how another grid would come out.
+
+The best and its ties: Hsu's multiple comparisons with the best. A cell is tied with the best
+when the best's lead over it is within t(1 - 0.05 / (cells - 1), df) standard errors of the
+difference (one-sided, Bonferroni's bound for the critical value); the rule covers the best being
+chosen on the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+CONFIDENCE = 0.95
+# The factors that name a cell beside the configuration key; the head goes with the encoder.
+FACTORS = ("encoder", "ln", "layers", "tokenizer", "pretrain")
+METHOD = "grid model (cell + fold OLS, pooled residual variance, t intervals)"
+TIES_METHOD = "Hsu's comparison with the best, one-sided, Bonferroni critical value over the other cells"
+
+
+def signed(value: float) -> str:
+    """3 decimals, or 4 where 3 would print a bound as ±0.000 and hide which side of zero it is on."""
+    return f"{value:+.4f}" if 0 < abs(value) < 0.0005 else f"{value:+.3f}"
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A linear combination of cell means with its interval (NaN where the fit has no residual df)."""
+
+    label: str
+    difference: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    cells: int = 0  # matched sets (or cells) the contrast averages over
+    pairs: int = 0  # scored (cell, fold) rows of the cells it uses
+    confidence: float = CONFIDENCE
+    se: float = math.nan
+    df: int = 0
+    # The contrast's weights over config_hash: another estimator (the title bootstrap) re-reads it.
+    weights: Optional[pd.Series] = field(default=None, compare=False, repr=False)
+
+    def text(self) -> str:
+        if not self.cells:
+            return f"{self.label}: no matched pairs"
+        sets = f"{self.cells} matched set{'s' if self.cells > 1 else ''}"
+        if math.isnan(self.low):
+            return f"{self.label}: {signed(self.difference)} (no residual degrees of freedom, no interval; {sets})"
+        return (
+            f"{self.label}: {signed(self.difference)} ({self.confidence * 100:.4g} % "
+            f"{signed(self.low)}..{signed(self.high)}, {sets})"
+        )
+
+
+@dataclass(frozen=True)
+class GridFit:
+    """The fitted grid: cell means at the average fold, their covariance and the residual df."""
+
+    metric: str
+    cells: pd.DataFrame  # one row per configuration (index config_hash): its factors and folds scored
+    means: pd.Series  # by config_hash
+    covariance: np.ndarray  # of `means`, in its order
+    sigma: float  # the pooled residual standard deviation
+    df: int  # residual degrees of freedom
+
+    def quantile(self, confidence: float, sides: int = 2) -> float:
+        if self.df <= 0:
+            return math.nan
+        return float(stats.t.ppf(1 - (1 - confidence) / sides, self.df))
+
+    def estimate(self, weights: pd.Series) -> tuple[float, float]:
+        """A contrast's value and standard error; `weights` by config_hash (cells not in the fit count 0)."""
+        w = weights.reindex(self.means.index).fillna(0.0).to_numpy()
+        value = float(w @ self.means.to_numpy())
+        se = float(math.sqrt(max(w @ self.covariance @ w, 0.0))) if self.df > 0 else math.nan
+        return value, se
+
+    def contrast(self, weights: pd.Series, label: str, sets: int, confidence: float = CONFIDENCE) -> Contrast:
+        if weights.empty or not (weights != 0).any():
+            return Contrast(label, confidence=confidence)
+        value, se = self.estimate(weights)
+        half = self.quantile(confidence) * se
+        used = weights[weights != 0].index.intersection(self.means.index)
+        rows = int(self.cells.loc[used, "folds"].sum())
+        return Contrast(label, value, value - half, value + half, sets, rows, confidence, se, self.df, weights)
+
+    @cached_property
+    def standard_errors(self) -> pd.Series:
+        return pd.Series(np.sqrt(np.clip(np.diag(self.covariance), 0, None)), index=self.means.index)
+
+    def intervals(self, confidence: float = CONFIDENCE) -> pd.DataFrame:
+        """Each cell's mean with its interval, the best, and whether each is tied with it."""
+        half = self.quantile(confidence) * self.standard_errors
+        best = self.means.idxmax()
+        i = self.means.index.get_loc(best)
+        var = np.diag(self.covariance)
+        lead_se = pd.Series(np.sqrt(np.clip(var[i] + var - 2 * self.covariance[i], 0, None)), index=self.means.index)
+        others = max(len(self.means) - 1, 1)
+        critical = self.quantile(1 - (1 - confidence) / others, sides=1)
+        lead = self.means[best] - self.means
+        tied = lead <= critical * lead_se
+        marks = tied.map({True: "yes", False: "no"}) if self.df > 0 else pd.Series("unknown", index=tied.index)
+        marks[best] = "best"
+        return pd.DataFrame(
+            {"mean": self.means, "low": self.means - half, "high": self.means + half, "lead": lead, "tied": marks}
+        )
+
+
+def fit_grid(folds: pd.DataFrame, metric: str = "f1") -> Optional[GridFit]:
+    """The grid model of `metric` over the (configuration, fold) rows of `folds` (None: nothing scored)."""
+    if metric not in folds:
+        return None
+    scored = folds.dropna(subset=[metric])
+    if scored.empty:
+        return None
+    cell_codes, cell_keys = pd.factorize(scored["config_hash"])
+    fold_codes, fold_keys = pd.factorize(scored["fold"])
+    n, c, f = len(scored), len(cell_keys), len(fold_keys)
+    x = np.zeros((n, c + f - 1))
+    x[np.arange(n), cell_codes] = 1.0
+    # Sum-to-zero coding of the fold: each cell's coefficient is its mean at the average fold.
+    for k in range(f - 1):
+        x[:, c + k] = (fold_codes == k).astype(float) - (fold_codes == f - 1)
+    y = scored[metric].to_numpy(dtype=float)
+    beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    df = n - int(rank)
+    residual = y - x @ beta
+    sigma2 = float(residual @ residual / df) if df > 0 else math.nan
+    covariance = (sigma2 if df > 0 else 0.0) * np.linalg.pinv(x.T @ x)[:c, :c]
+    present = [k for k in FACTORS if k in scored]
+    cells = scored.groupby("config_hash", sort=False)[present].first().reindex(cell_keys)
+    cells["folds"] = scored.groupby("config_hash", sort=False).size().reindex(cell_keys)
+    return GridFit(metric, cells, pd.Series(beta[:c], index=cell_keys), covariance, math.sqrt(sigma2), df)
+
+
+def cell_intervals(folds: pd.DataFrame, metric: str = "f1", confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """Per config_hash: mean, low, high, lead (the best's over it) and tied (best / yes / no / unknown)."""
+    fit = fit_grid(folds, metric)
+    if fit is None:
+        return pd.DataFrame(columns=["mean", "low", "high", "lead", "tied"])
+    return fit.intervals(confidence)
+
+
+# Contrasts over matched sets: cells that differ only in the factor compared.
+
+
+def _is(values: pd.Series, level) -> pd.Series:
+    """Membership in a level, or in any of a tuple of levels (both TRANS-BLSTM variants, say)."""
+    return values.isin(level) if isinstance(level, (tuple, list, set, frozenset)) else values == level
+
+
+def level_name(level) -> str:
+    return " + ".join(map(str, level)) if isinstance(level, (tuple, list)) else str(level)
+
+
+def difference_weights(
+    cells: pd.DataFrame, factor: str, level, reference, within: Sequence[str]
+) -> tuple[pd.Series, int]:
+    """Weights of `level` − `reference` averaged over the matched sets (same `within` values) that
+    hold both; cells sharing a set and a side (two heads, two variants) are averaged first."""
+    sides = cells.assign(_side=np.where(_is(cells[factor], level), 1, np.where(_is(cells[factor], reference), -1, 0)))
+    sides = sides[sides["_side"] != 0]
+    parts = []
+    groups = sides.groupby(list(within), sort=False) if within else [((), sides)]
+    for _, group in groups:
+        if set(group["_side"]) != {1, -1}:
+            continue
+        counts = group["_side"].map(group["_side"].value_counts())
+        parts.append(group["_side"] / counts)
+    if not parts:
+        return pd.Series(dtype=float), 0
+    return pd.concat(parts) / len(parts), len(parts)
+
+
+def slope_weights(cells: pd.DataFrame, within: Sequence[str], span: Optional[float] = None) -> tuple[pd.Series, int]:
+    """Weights of the least-squares slope of the cell means over layers within each matched set
+    (same `within` values, at least two layer counts), times `span` layers, averaged over the sets."""
+    span = span if span is not None else float(cells["layers"].max() - cells["layers"].min())
+    parts = []
+    groups = cells.groupby(list(within), sort=False) if within else [((), cells)]
+    for _, group in groups:
+        layers = group["layers"].astype(float)
+        if layers.nunique() < 2:
+            continue
+        # Several cells at one layer count (two heads) are averaged first.
+        per_count = layers.map(layers.value_counts())
+        x = pd.Series(sorted(layers.unique()))
+        centred = layers - x.mean()
+        parts.append(centred / ((x - x.mean()) ** 2).sum() / per_count * span)
+    if not parts:
+        return pd.Series(dtype=float), 0
+    return pd.concat(parts) / len(parts), len(parts)
+
+
+def matching(cells: pd.DataFrame, *varied: str) -> list[str]:
+    """The factors that stay fixed within a matched set: all but the varied ones."""
+    return [k for k in FACTORS if k not in varied and k in cells]
+
+
+class Grid:
+    """The fitted grid and the comparisons the report reads from it, all by linear contrasts."""
+
+    def __init__(self, folds: pd.DataFrame, metric: str = "f1"):
+        self.metric = metric
+        if "pretrain" not in folds and len(folds):
+            folds = folds.assign(pretrain="none")
+        self.fit = fit_grid(folds, metric)
+        self.cells = self.fit.cells if self.fit is not None else pd.DataFrame(columns=[*FACTORS, "folds"])
+
+    def levels(self, factor: str) -> list:
+        return sorted(self.cells[factor].dropna().unique()) if factor in self.cells else []
+
+    def where(self, **fixed) -> pd.DataFrame:
+        """The cells at the given factor levels (a tuple: any of them)."""
+        mask = pd.Series(True, index=self.cells.index)
+        for factor, level in fixed.items():
+            mask &= _is(self.cells[factor], level)
+        return self.cells[mask]
+
+    def contrast(self, weights: pd.Series, sets: int, label: str, confidence: float = CONFIDENCE) -> Contrast:
+        if self.fit is None or not sets:
+            return Contrast(label, confidence=confidence)
+        return self.fit.contrast(weights, label, sets, confidence)
+
+    def difference_parts(self, factor: str, level, reference, cells: Optional[pd.DataFrame] = None):
+        cells = self.cells if cells is None else cells
+        return difference_weights(cells, factor, level, reference, matching(cells, factor))
+
+    def difference(
+        self, factor: str, level, reference, confidence: float = CONFIDENCE, label: Optional[str] = None, **fixed
+    ) -> Contrast:
+        """`level` − `reference` of `factor`, averaged over the matched sets among the cells at `fixed`."""
+        weights, sets = self.difference_parts(factor, level, reference, self.where(**fixed))
+        return self.contrast(weights, sets, label or f"{level_name(level)} − {level_name(reference)}", confidence)
+
+    def slope(self, confidence: float = CONFIDENCE, label: Optional[str] = None, **fixed) -> Contrast:
+        """The fitted change over the grid's span of layers, among the cells at `fixed`."""
+        cells = self.where(**fixed)
+        span = self.cells["layers"].max() - self.cells["layers"].min() if len(self.cells) else 0
+        weights, sets = slope_weights(cells, matching(cells, "layers"), span)
+        return self.contrast(weights, sets, label or f"fitted slope × {span:g} layers", confidence)
+
+    def interaction(
+        self,
+        factor: str,
+        level,
+        reference,
+        by: str,
+        by_level,
+        by_reference,
+        confidence: float = CONFIDENCE,
+        label: Optional[str] = None,
+    ) -> Contrast:
+        """(`level` − `reference` at `by_level`) − (the same at `by_reference`): a difference of differences."""
+        a, sets_a = self.difference_parts(factor, level, reference, self.where(**{by: by_level}))
+        b, sets_b = self.difference_parts(factor, level, reference, self.where(**{by: by_reference}))
+        weights = a.sub(b, fill_value=0.0)
+        name = label or (
+            f"({level_name(level)} − {level_name(reference)}) at {by}={level_name(by_level)} "
+            f"minus at {by}={level_name(by_reference)}"
+        )
+        return self.contrast(weights, min(sets_a, sets_b), name, confidence)
+
+    def slope_interaction(self, by: str, by_level, by_reference, confidence: float = CONFIDENCE) -> Contrast:
+        """The slope over layers at `by_level` minus the slope at `by_reference`."""
+        span = self.cells["layers"].max() - self.cells["layers"].min() if len(self.cells) else 0
+        parts = []
+        for side in (by_level, by_reference):
+            cells = self.where(**{by: side})
+            parts.append(slope_weights(cells, matching(cells, "layers", by), span))
+        (a, sets_a), (b, sets_b) = parts
+        label = f"slope × {span:g} layers at {by}={by_level} minus at {by}={by_reference}"
+        return self.contrast(a.sub(b, fill_value=0.0), min(sets_a, sets_b), label, confidence)
+
+
+def family_confidence(comparisons: int, confidence: float = CONFIDENCE) -> float:
+    """Bonferroni: each of `comparisons` intervals read at once at 1 - (1 - confidence) / comparisons."""
+    return 1 - (1 - confidence) / max(comparisons, 1)

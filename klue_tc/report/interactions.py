@@ -1,0 +1,170 @@
+"""Interactions, read from the grid model: whether one factor's effect depends on another.
+
+Three families: LN x layers (the fitted change from the fewest to the most layers under post- and
+under pre-LN, their difference, and pre − post at each end), LN x encoder (pre − post per encoder
+and each encoder's against the reference encoder's) and pretrain x encoder (the effect of
+self-pretraining per encoder, likewise). Every number is a contrast of the grid model; the
+intervals of a family are read at once, so each is at Bonferroni's 1 - 0.05 / (family size).
+A verdict is worded for each difference of differences whose interval excludes zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import pandas as pd
+
+from klue_tc.report.claims import METRIC_TITLES
+from klue_tc.report.effects import REFERENCES, title_interval
+from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, family_confidence
+from klue_tc.report.title_bootstrap import TitleBootstrap
+
+INTERACTION_COLUMNS = [
+    "metric",
+    "family",
+    "comparison",
+    "kind",
+    "difference",
+    "low",
+    "high",
+    "cells",
+    "confidence",
+    "titles_low",
+    "titles_high",
+]
+SIMPLE, INTERACTION = "simple effect", "interaction"
+PRETRAINED = "mlm"  # the objective the pretraining study's grid uses
+
+
+@dataclass(frozen=True)
+class Row:
+    family: str
+    kind: str  # SIMPLE or INTERACTION
+    contrast: Contrast
+
+
+def _family(name: str, planned: list[tuple[str, Callable[[float], Contrast]]]) -> list[Row]:
+    """Each planned (kind, contrast at a confidence) evaluated at the family's Bonferroni level."""
+    confidence = family_confidence(len(planned), CONFIDENCE)
+    rows = [Row(name, kind, make(confidence)) for kind, make in planned]
+    return [r for r in rows if r.contrast.cells]
+
+
+def ln_by_layers(grid: Grid) -> list[Row]:
+    if not {"post", "pre"} <= set(grid.levels("ln")) or len(grid.levels("layers")) < 2:
+        return []
+    low, high = min(grid.levels("layers")), max(grid.levels("layers"))
+    planned = [
+        (SIMPLE, lambda c, ln=ln: grid.slope(c, f"{low} → {high} layers (fitted slope), {ln}-LN", ln=ln))
+        for ln in ("post", "pre")
+    ]
+    planned.append(
+        (
+            INTERACTION,
+            lambda c: _relabel(grid.slope_interaction("ln", "pre", "post", c), "slope under pre − under post"),
+        )
+    )
+    planned += [
+        (SIMPLE, lambda c, n=n: grid.difference("ln", "pre", "post", c, f"pre − post at {n} layers", layers=n))
+        for n in (low, high)
+    ]
+    return _family("LN × layers", planned)
+
+
+def by_encoder(grid: Grid, factor: str, level, reference, family: str) -> list[Row]:
+    """`level` − `reference` of `factor` per encoder, and each encoder's against the reference encoder's."""
+    if not {level, reference} <= set(grid.levels(factor)):
+        return []
+    encoders = [e for e in grid.levels("encoder") if grid.difference(factor, level, reference, encoder=e).cells]
+    anchor = REFERENCES["encoder"] if REFERENCES["encoder"] in encoders else (encoders[0] if encoders else None)
+    planned = [
+        (SIMPLE, lambda c, e=e: grid.difference(factor, level, reference, c, f"{level} − {reference}, {e}", encoder=e))
+        for e in encoders
+    ]
+    planned += [
+        (
+            INTERACTION,
+            lambda c, e=e: grid.interaction(
+                factor, level, reference, "encoder", e, anchor, c, f"({level} − {reference}) {e} − {anchor}"
+            ),
+        )
+        for e in encoders
+        if e != anchor
+    ]
+    return _family(family, planned)
+
+
+def _relabel(contrast: Contrast, label: str) -> Contrast:
+    return replace(contrast, label=label)
+
+
+def interaction_rows(grid: Grid) -> list[Row]:
+    return [
+        *ln_by_layers(grid),
+        *by_encoder(grid, "ln", "pre", "post", "LN × encoder"),
+        *by_encoder(grid, "pretrain", PRETRAINED, "none", "pretrain × encoder"),
+    ]
+
+
+def interactions(
+    folds: pd.DataFrame, metric: str = "f1", grid: Optional[Grid] = None, titles: Optional[TitleBootstrap] = None
+) -> pd.DataFrame:
+    """Every family's contrasts as rows (INTERACTION_COLUMNS); `titles` as in marginal_effects."""
+    grid = grid or Grid(folds, metric)
+    titles = titles if metric == "validation_f1" else None
+    rows = [
+        {
+            "metric": metric,
+            "family": r.family,
+            "comparison": r.contrast.label,
+            "kind": r.kind,
+            "difference": r.contrast.difference,
+            "low": r.contrast.low,
+            "high": r.contrast.high,
+            "cells": r.contrast.cells,
+            "confidence": r.contrast.confidence,
+            **dict(zip(("titles_low", "titles_high"), title_interval(titles, r.contrast))),
+        }
+        for r in interaction_rows(grid)
+    ]
+    return pd.DataFrame(rows, columns=INTERACTION_COLUMNS)
+
+
+def _interval(row) -> str:
+    if math.isnan(row.low):
+        return f"{row.difference:+.3f}"
+    return f"{row.difference:+.3f} ({row.low:+.3f}..{row.high:+.3f})"
+
+
+def verdicts(table: pd.DataFrame) -> list[str]:
+    """One sentence per family: the interactions whose interval excludes zero, worded; else that none shows."""
+    lines = []
+    for (metric, family), part in table.groupby(["metric", "family"], sort=False):
+        simple = part[part.kind == SIMPLE].set_index("comparison")
+        found = part[(part.kind == INTERACTION) & ((part.low > 0) | (part.high < 0))]
+        level, title = f"{part.confidence.iloc[0] * 100:.4g} %", METRIC_TITLES.get(metric, metric)
+        if found.empty:
+            widest = part[part.kind == INTERACTION]
+            if widest.empty:
+                continue
+            lines.append(
+                f"{title}, {family}: no interaction shown: every difference of differences' {level} interval "
+                f"includes zero ({'; '.join(f'{r.comparison} {_interval(r)}' for r in widest.itertuples())})."
+            )
+            continue
+        lines += [f"{title}, {family}: {_sentence(family, r, simple)}" for r in found.itertuples()]
+    return lines
+
+
+def _sentence(family: str, row, simple: pd.DataFrame) -> str:
+    """A found interaction in words, with the simple effects it compares."""
+    sides = "; ".join(f"{name} {_interval(r)}" for name, r in simple.iterrows())
+    if family == "LN × layers":
+        return (
+            f"depth works differently under the two LN placements: {row.comparison} {_interval(row)}, so "
+            f"'more layers' has no one answer ({sides})."
+        )
+    what = "pre-LN's" if family.startswith("LN") else "self-pretraining's"
+    return f"{what} effect depends on the encoder: {row.comparison} {_interval(row)} ({sides})."

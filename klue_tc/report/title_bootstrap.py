@@ -1,0 +1,121 @@
+"""Validation-F1 intervals that resample the titles as well as the folds (a crossed bootstrap).
+
+The grid model's validation intervals see only the fold noise: every model is scored on the same
+validation titles, so how those titles happened to be drawn is left out. Where the records kept
+each fold model's predicted class per validation title (fold<k>.predicted.npz), each resample
+draws the folds with replacement and the titles with replacement, once for every configuration
+alike (crossed, and paired across configurations), and recomputes each fold model's macro-F1 on
+the drawn titles; a contrast of the grid model (its weights over configurations) is then
+re-read on every resample, and its interval is the percentile interval of those values.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from klue_tc.report.grid_model import CONFIDENCE
+
+RESAMPLES = 1000
+METHOD = f"crossed bootstrap over folds × validation titles ({RESAMPLES} resamples, percentile)"
+
+
+def validation_predictions(directory: Path) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(config_hash, fold) -> (validation row index, true class, predicted class), from the records
+    below `directory` that kept them."""
+    from klue_tc.report.loading import store_roots
+    from klue_tc.results import ResultsStore
+
+    found = {}
+    for root in store_roots(Path(directory)):
+        for record in ResultsStore(root).records():
+            titles = record.predictions.validation if record.predictions is not None else None
+            if titles is not None and record.config_hash:
+                found[(record.config_hash, record.fold)] = (titles.index, titles.label, titles.predicted)
+    return found
+
+
+def macro_f1(counts: np.ndarray) -> np.ndarray:
+    """Macro-F1 of confusion counts shaped (..., classes, classes), over the classes seen in either."""
+    tp = np.diagonal(counts, axis1=-2, axis2=-1)
+    seen = counts.sum(-1) + counts.sum(-2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(seen > 0, 2 * tp / seen, np.nan)
+    return np.nanmean(f1, axis=-1)
+
+
+class TitleBootstrap:
+    """Each configuration's fold-mean validation F1 on every crossed resample."""
+
+    def __init__(
+        self,
+        predictions: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]],
+        resamples: int = RESAMPLES,
+        seed: int = 0,
+    ):
+        by_config: dict[str, dict[int, tuple]] = {}
+        for (config, fold), value in predictions.items():
+            by_config.setdefault(config, {})[fold] = value
+        folds = sorted({f for config in by_config.values() for f in config})
+        # Only configurations with every fold, scored on the same titles, can be resampled together.
+        complete = {c: v for c, v in by_config.items() if sorted(v) == folds}
+        first = next(iter(complete.values()))[folds[0]] if complete else None
+        self.configs = [
+            c
+            for c, v in complete.items()
+            if all(np.array_equal(v[f][0], first[0]) and np.array_equal(v[f][1], first[1]) for f in folds)
+        ]
+        self.folds = folds
+        self.means = pd.DataFrame()
+        if not self.configs:
+            return
+        rng = np.random.default_rng(seed)
+        labels = first[1].astype(int)
+        classes = int(max(labels.max(), *(complete[c][f][2].max() for c in self.configs for f in folds))) + 1
+        n = len(labels)
+        titles = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(np.float32)  # (B, N) draws
+        drawn_folds = rng.integers(0, len(folds), size=(resamples, len(folds)))  # (B, F) fold positions
+        values, point = {}, {}
+        for config in self.configs:
+            per_fold = []
+            for fold in folds:
+                pairs = labels * classes + complete[config][fold][2].astype(int)
+                onehot = np.zeros((n, classes * classes), dtype=np.float32)
+                onehot[np.arange(n), pairs] = 1.0
+                counts = (titles @ onehot).reshape(resamples, classes, classes)
+                per_fold.append(macro_f1(counts))
+                point.setdefault(config, []).append(macro_f1(onehot.sum(0).reshape(classes, classes)))
+            per_fold = np.stack(per_fold, axis=1)  # (B, F)
+            values[config] = np.take_along_axis(per_fold, drawn_folds, axis=1).mean(axis=1)
+            point[config] = float(np.mean(point[config]))
+        self.means = pd.DataFrame(values)  # (B, configs)
+        self.point = pd.Series(point)
+
+    def covers(self, weights: Optional[pd.Series]) -> bool:
+        """Does every configuration the contrast uses have resampled predictions?"""
+        if weights is None or self.means.empty:
+            return False
+        used = weights[weights != 0].index
+        return len(used) > 0 and used.isin(self.means.columns).all()
+
+    def interval(self, weights: pd.Series, confidence: float = CONFIDENCE) -> tuple[float, float]:
+        """The percentile interval of the contrast over the resamples (NaN where not covered)."""
+        if not self.covers(weights):
+            return math.nan, math.nan
+        used = weights[weights != 0]
+        values = self.means[used.index].to_numpy() @ used.to_numpy()
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(values, [tail, 1 - tail])
+        return float(low), float(high)
+
+    def cell_intervals(self, confidence: float = CONFIDENCE) -> pd.DataFrame:
+        tail = (1 - confidence) / 2
+        if self.means.empty:
+            return pd.DataFrame(columns=["low", "high"])
+        return pd.DataFrame(
+            {"low": self.means.quantile(tail), "high": self.means.quantile(1 - tail)}, index=self.means.columns
+        )
