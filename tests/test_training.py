@@ -244,8 +244,8 @@ def test_a_one_fold_run_takes_its_folds_validation_score_without_predicting_agai
 
     monkeypatch.setattr(evaluate, "ensemble_probs", no_prediction)
     scored = evaluate.score_run([fold], validation)
-    assert scored["validation_f1"] == fold.validation.f1
-    assert np.trace(np.array(scored["validation_confusion_matrix"])) == 4
+    assert scored.ensemble.f1 == fold.validation.f1
+    assert np.trace(np.array(scored.ensemble.confusion_matrix)) == 4
     # Scored on other titles (a reused record, another validation file): predicted again.
     with pytest.raises(AssertionError, match="predicted again"):
         evaluate.score_run([fold], LabelledTitles(["a", "b", "c", "d", "e"], truth, "other.tsv"))
