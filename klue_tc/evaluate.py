@@ -7,9 +7,9 @@ from typing import Sequence
 import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
+from klue_tc.config import EVAL_BATCH_SIZE
 from klue_tc.data import LABEL_NAMES, LabelledTitles
 from klue_tc.inference import ensemble_probs
-from klue_tc.config import EVAL_BATCH_SIZE
 from klue_tc.records import FoldResult, FoldValidation, RunValidation, ValidationScore
 
 
@@ -28,7 +28,9 @@ def score_predictions(
     )
 
 
-def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = EVAL_BATCH_SIZE) -> RunValidation:
+def score_run(
+    records: list[FoldResult], validation: LabelledTitles, batch_size: int = EVAL_BATCH_SIZE
+) -> RunValidation:
     """The fold ensemble (averaged probabilities) on the validation titles: what the run predicts."""
     scored = records[0].validation if len(records) == 1 else None
     if scored and scored.confusion_matrix and (scored.source, scored.size) == (validation.source, len(validation)):

@@ -19,7 +19,7 @@ class SweepReportCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if config.logger.name == "wandb":
             from klue_tc.config import WandbConfig
-            from klue_tc.run import log_sweep_aggregates
+            from klue_tc.loggers import log_sweep_aggregates
 
             fields = WandbConfig.__dataclass_fields__
             log_sweep_aggregates(
