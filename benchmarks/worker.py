@@ -104,7 +104,8 @@ def run_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from klue_tc.data import LabelledTitles, read_labelled_file
-    from klue_tc.job_context import FirstStepClock, standalone_job
+    from klue_tc.job_context import FirstStepClock
+    from klue_tc.job_setup import standalone_job
     from klue_tc.tokenizers import TokenizerCache
     from klue_tc.training import prepare_fold, train_fold
 

@@ -67,7 +67,8 @@ def run_other_rank() -> int:
     """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
     from klue_tc.config import validate
     from klue_tc.data import stratified_folds
-    from klue_tc.job_context import FirstStepClock, resolve_job
+    from klue_tc.job_context import FirstStepClock
+    from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore

@@ -23,7 +23,8 @@ from klue_tc.corpus import gather_sources
 from klue_tc.data import stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
-from klue_tc.job_context import FirstStepClock, JobContext, pretrained_root, resolve_job, results_root
+from klue_tc.job_context import FirstStepClock, JobContext
+from klue_tc.job_setup import pretrained_root, resolve_job, results_root
 from klue_tc.preflight import check_inputs
 from klue_tc.records import FoldResult, RunResult, RunValidation
 from klue_tc.redaction import redact, redact_files, redact_logs

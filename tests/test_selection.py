@@ -142,7 +142,7 @@ def fold_config(tmp_path, *extra):
 def train_one_fold(run, data: LabelledTitles, folder, scored_labels=None):
     import torch
 
-    from klue_tc.job_context import standalone_job
+    from klue_tc.job_setup import standalone_job
     from klue_tc.tokenizers import TokenizerCache
     from klue_tc.training import prepare_fold, train_fold
 

@@ -25,7 +25,7 @@ from conftest import EXPERIMENTS, REPO
 from klue_tc.config import validate
 from klue_tc.fingerprint import code_version
 from klue_tc.hardware import default_precision
-from klue_tc.job_context import results_key
+from klue_tc.job_setup import results_key
 from klue_tc.preflight import check_inputs
 from klue_tc.records import FoldResult
 from klue_tc.results import ResultsStore, config_hash
