@@ -41,6 +41,8 @@ class FirstStepClock:
 
 @dataclass(frozen=True)
 class JobContext:
+    """Everything one job needs besides a fold's own data, the same for each of its folds."""
+
     run: RunConfig
     config: dict  # the resolved config as written: config.yaml, the store's copy, W&B's
     run_dir: Path

@@ -240,7 +240,7 @@ def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path
         second.start()
         second.join(timeout=1.0)
         assert second.is_alive()  # waiting for the lock, not training
-        first = pretraining._train_and_store(run, corpus, key, store, cache, None)
+        first = pretraining._train_and_store(run, CPU, corpus, key, store, cache, None)
     second.join(timeout=60)
     assert not second.is_alive() and trained == ["MainThread"]
     assert found["encoder"].key == first.key and found["encoder"].meta == first.meta
