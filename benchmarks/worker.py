@@ -104,7 +104,8 @@ def run_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from klue_tc.data import LabelledTitles, read_labelled_file
-    from klue_tc.hardware import default_precision
+    from klue_tc.job_context import FirstStepClock
+    from klue_tc.job_setup import standalone_job
     from klue_tc.tokenizers import TokenizerCache
     from klue_tc.training import prepare_fold, train_fold
 
@@ -124,8 +125,9 @@ def run_worker(spec: dict) -> dict:
         _barrier(Path(spec["barrier"]["dir"]), spec["barrier"]["count"], spec["barrier"]["name"])
     # A state folder of its own: a repeated round must train afresh, not resume the previous one.
     Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
-    state_dir = Path(tempfile.mkdtemp(dir=spec["work_dir"], prefix="training-state-"))
-    record = train_fold(run, 0, prepared, Path(spec["work_dir"]), None, job_start, state_dir, callbacks=[timer])
+    state_root = Path(tempfile.mkdtemp(dir=spec["work_dir"], prefix="training-state-"))
+    job = standalone_job(run, data, Path(spec["work_dir"]), state_root, FirstStepClock(job_start))
+    record = train_fold(job, 0, prepared, callbacks=[timer])
     lengths = prepared.train.encoded.lengths
     import resource
 
@@ -134,7 +136,7 @@ def run_worker(spec: dict) -> dict:
         "bucketing": spec["bucketing"],
         "layers": run.encoder.layers,
         "head": run.head.name,
-        "precision": default_precision(run.trainer),
+        "precision": job.device.precision,
         "samples_per_s": record.train_samples_per_s,
         "loop_samples_per_s": timer.loop_samples / timer.loop_seconds if timer.loop_seconds else None,
         # The same steps as FoldMonitor's, on the process CPU clock: with one thread, a measure that

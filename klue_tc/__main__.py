@@ -24,12 +24,13 @@ cli_errors.install()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    from klue_tc.objective import sweeper_value
     from klue_tc.run import run_job
 
     try:
         with interrupts.stop_on_signal():
             try:
-                return run_job(cfg)
+                return sweeper_value(run_job(cfg))
             except OSError as err:  # a full disk met by a writer that is not klue_tc's (a logger's file)
                 if is_disk_full(err):
                     raise disk_full_error(err.filename) from None

@@ -82,6 +82,10 @@ def one_of(name: str, value: Any, choices: tuple) -> Check:
     return value in choices, f"{name} must be one of {', '.join(map(str, choices))}; got {value}"
 
 
+# Titles scored at a time (no gradients): the default of every caller that predicts, not only the job's.
+EVAL_BATCH_SIZE = 512
+
+
 @dataclass
 class DataConfig:
     # A local training file; null: KLUE YNAT train from the hub, else the copy bundled with klue_tc.
@@ -98,7 +102,7 @@ class DataConfig:
     hub_repo: str = outside_results_key("klue/klue")
     hub_config: str = outside_results_key("ynat")
     batch_size: int = 256
-    eval_batch_size: int = outside_results_key(512)
+    eval_batch_size: int = outside_results_key(EVAL_BATCH_SIZE)
     # Length-bucketed batches with per-batch padding; false pads every title to the longest
     # (the original notebook's data path, kept for the benchmark).
     bucketing: bool = True

@@ -67,6 +67,8 @@ def run_other_rank() -> int:
     """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
     from klue_tc.config import validate
     from klue_tc.data import stratified_folds
+    from klue_tc.job_context import FirstStepClock
+    from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
@@ -80,12 +82,12 @@ def run_other_rank() -> int:
     inputs = check_inputs(run, run_dir, Path(plan["results_root"]))
     quiet_libraries()
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
+    job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
     splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
     for k in plan["folds"]:
         train_idx, val_idx = splits[k]
         wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, inputs.train.subset(train_idx).fingerprint()))
         prepared = prepare_fold(run, inputs.train, train_idx, val_idx, cache)
-        train_fold(
-            run, k, prepared, run_dir / f"fold{k}", None, time.perf_counter(), store.training_state_dir(plan["key"], k)
-        )
+        job.clock.restart()
+        train_fold(job, k, prepared)
     return 0

@@ -7,9 +7,10 @@ from typing import Sequence
 import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
+from klue_tc.config import EVAL_BATCH_SIZE
 from klue_tc.data import LABEL_NAMES, LabelledTitles
 from klue_tc.inference import ensemble_probs
-from klue_tc.records import FoldResult, ValidationScore
+from klue_tc.records import FoldResult, FoldValidation, RunValidation, ValidationScore
 
 
 def score_predictions(
@@ -27,7 +28,9 @@ def score_predictions(
     )
 
 
-def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size: int = 512) -> dict:
+def score_run(
+    records: list[FoldResult], validation: LabelledTitles, batch_size: int = EVAL_BATCH_SIZE
+) -> RunValidation:
     """The fold ensemble (averaged probabilities) on the validation titles: what the run predicts."""
     scored = records[0].validation if len(records) == 1 else None
     if scored and scored.confusion_matrix and (scored.source, scored.size) == (validation.source, len(validation)):
@@ -35,14 +38,5 @@ def score_run(records: list[FoldResult], validation: LabelledTitles, batch_size:
     else:
         predicted = ensemble_probs(records, validation.texts, batch_size).argmax(1)
         score = score_predictions(validation.labels, predicted, validation.source, validation.label_names)
-    return {
-        "validation_f1": score.f1,
-        "validation_accuracy": score.accuracy,
-        "validation_per_class_f1": score.per_class_f1,
-        "validation_fold_f1": [
-            {"fold": r.fold, "f1": r.validation.f1, "accuracy": r.validation.accuracy} for r in records if r.validation
-        ],
-        "validation_size": score.size,
-        "validation_source": score.source,
-        "validation_confusion_matrix": score.confusion_matrix,
-    }
+    alone = [FoldValidation(r.fold, r.validation.f1, r.validation.accuracy) for r in records if r.validation]
+    return RunValidation(score, alone)

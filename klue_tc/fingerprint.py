@@ -34,15 +34,32 @@ def module_files(name: str, root: Path = PACKAGE_ROOT) -> list[Path]:
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The klue_tc modules a file imports (`from a.b import c` may name the module a.b.c)."""
+    """The klue_tc modules a file imports (`from a.b import c` may name the module a.b.c). Imports
+    under `if TYPE_CHECKING:` name types for annotations only: no code of theirs runs."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(without_type_checking_blocks(ast.parse(path.read_text(encoding="utf-8")))):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from klue_tc import x` names module x, not the whole package
             names |= ({node.module} - {"klue_tc"}) | {f"{node.module}.{alias.name}" for alias in node.names}
     return {name for name in names if name.split(".")[0] == "klue_tc"}
+
+
+def without_type_checking_blocks(tree: ast.Module) -> ast.Module:
+    def type_checking(node: ast.stmt) -> bool:
+        test = getattr(node, "test", None)
+        return (
+            isinstance(node, ast.If)
+            and not node.orelse
+            and (
+                (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+                or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+            )
+        )
+
+    tree.body = [node for node in tree.body if not type_checking(node)]
+    return tree
 
 
 def training_sources(start: str = TRAINING_MODULE, root: Path = PACKAGE_ROOT) -> list[Path]:

@@ -43,6 +43,7 @@ def cpu_has_fast_bf16_matmul() -> bool:
 class CpuInfo:
     vendor: str
     flags: frozenset[str]
+    model: str = ""  # the first core's model name
 
 
 @functools.cache  # read once per process, not once per fold
@@ -54,7 +55,8 @@ def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
     values = [line.split(":", 1) for line in lines if ":" in line]
     vendor = next((v.strip() for k, v in values if k.strip() == "vendor_id"), "")
     flags = frozenset(flag for k, v in values if k.strip() == "flags" for flag in v.split())
-    return CpuInfo(vendor, flags)
+    model = next((v.strip() for k, v in values if k.strip() == "model name"), "")
+    return CpuInfo(vendor, flags, model)
 
 
 def default_precision(cfg: TrainerConfig) -> str:
@@ -63,16 +65,19 @@ def default_precision(cfg: TrainerConfig) -> str:
     return "bf16-mixed" if uses_gpu(cfg) or cpu_has_fast_bf16_matmul() else "32-true"
 
 
-def device_name(cfg: TrainerConfig) -> str:
-    """The GPU's name, or the CPU's model, for the record of what trained a fold."""
-    if uses_gpu(cfg):
-        return torch.cuda.get_device_name(0)
-    try:
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ]
-    except OSError:
-        names = []
-    return names[0] if names else "cpu"
+@dataclass(frozen=True)
+class Device:
+    """What one job trains on, resolved once before its first step (klue_tc/job_context.py)."""
+
+    gpu: bool
+    precision: str  # Lightning's precision setting, in the results key
+    name: str  # the GPU's name, or the CPU's model, for the record of what trained a fold
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda" if self.gpu else "cpu")
+
+
+def resolve_device(cfg: TrainerConfig) -> Device:
+    gpu = uses_gpu(cfg)
+    return Device(gpu, default_precision(cfg), torch.cuda.get_device_name(0) if gpu else cpu_info().model or "cpu")

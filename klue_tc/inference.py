@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from klue_tc.config import DataConfig
+from klue_tc.config import EVAL_BATCH_SIZE, DataConfig
 from klue_tc.datamodule import EncodedSplit, make_loader
 from klue_tc.module import TopicClassifierModule
 from klue_tc.records import FoldResult
@@ -23,7 +23,7 @@ def predict_probs(
     module: TopicClassifierModule,
     tokenizer: Tokenizer,
     texts: Sequence[str],
-    batch_size: int = 512,
+    batch_size: int = EVAL_BATCH_SIZE,
     device: torch.device | None = None,
 ) -> np.ndarray:
     """(n, classes) probabilities in the order of `texts` (batches are length-sorted inside)."""
@@ -36,7 +36,7 @@ def encoded_probs(
     module: TopicClassifierModule,
     encoded: EncodedTitles,
     pad_id: int,
-    batch_size: int = 512,
+    batch_size: int = EVAL_BATCH_SIZE,
     device: torch.device | None = None,
 ) -> np.ndarray:
     """(n, classes) probabilities of titles already encoded by the model's tokenizer, in their order."""
@@ -60,7 +60,7 @@ def load_fold(record: FoldResult, device: torch.device | None = None) -> tuple[T
     return module, load_tokenizer(record.tokenizer_dir)
 
 
-def fold_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = 512) -> list[np.ndarray]:
+def fold_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> list[np.ndarray]:
     """Each fold model's probabilities, each through its own fold's tokenizer."""
     out = []
     for record in records:
@@ -69,6 +69,6 @@ def fold_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int 
     return out
 
 
-def ensemble_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = 512) -> np.ndarray:
+def ensemble_probs(records: list[FoldResult], texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
     """The fold models' averaged probabilities: what a run predicts."""
     return np.mean(fold_probs(records, texts, batch_size), axis=0)

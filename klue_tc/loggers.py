@@ -1,15 +1,18 @@
 """Experiment logging: one helper opens every W&B run (a fold's, a configuration's aggregate, the
-sweep report's), offline by default, falling back to local files with one warning."""
+sweep report's), offline by default, falling back to local files with one warning; and the
+configuration's aggregate run, from its typed result."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
 from klue_tc.config import LoggerConfig, LoggerKind, WandbConfig
+from klue_tc.records import RunResult
 from klue_tc.redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
@@ -97,3 +100,56 @@ def config_group(group: Optional[str], sweep: Optional[str], experiment: str, ke
     """The W&B group of one configuration: its folds' runs and its aggregate run. In a sweep the
     sweep's name comes first, so that its configurations' groups sort together."""
     return group or (f"{sweep}-{experiment}-{key}" if sweep else f"{experiment}-{key}")
+
+
+def log_aggregate(cfg: WandbConfig, result: RunResult, run_dir: Path, group: str) -> None:
+    """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
+    validation confusion matrix and per-class F1."""
+    describe = result.describe
+    config = {**asdict(describe), "config_hash": result.config_hash}
+    config.pop("pretrain")  # the keys aggregate runs had before pretraining existed: dashboards' filters still match
+    name = f"{describe.experiment}-{result.config_hash}-cv"
+    wandb_run = open_wandb_run(cfg, run_dir, name, group, "aggregate", config)
+    if wandb_run is None:
+        return
+    import wandb
+
+    f1 = result.f1
+    summary = {"cv/f1_mean": f1.mean, "cv/f1_std": f1.std, "cv/n": f1.n, "cv/accuracy_mean": result.accuracy.mean}
+    wandb_run.summary.update(summary)
+    if result.validation is not None:
+        from klue_tc.data import LABEL_NAMES
+
+        names, ensemble = result.label_names or LABEL_NAMES, result.validation.ensemble
+        wandb_run.summary.update({"validation/f1": ensemble.f1, "validation/accuracy": ensemble.accuracy})
+        per_class = [[name, f1] for name, f1 in ensemble.per_class_f1.items()]
+        matrix = [[name, *row] for name, row in zip(names, ensemble.confusion_matrix)]
+        wandb_run.log(
+            {
+                "validation/per_class_f1": wandb.Table(columns=["class", "f1"], data=per_class),
+                "validation/confusion_matrix": wandb.Table(columns=["truth", *names], data=matrix),
+                "validation/confusion_matrix_plot": wandb.Image(str(run_dir / "confusion_matrix.png")),
+            }
+        )
+    finish_wandb_run(wandb_run)
+
+
+def log_sweep_aggregates(sweep_dir: Path, cfg: WandbConfig) -> None:
+    """One aggregate run per configuration of a sweep, in that configuration's group, where its
+    folds ran as separate jobs (a job that trained every fold logged its own aggregate)."""
+    by_config: dict[str, list[RunResult]] = {}
+    for path in sorted(sweep_dir.glob("**/metrics.json")):
+        try:
+            result = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("%s skipped for the W&B aggregates (%s)", path, type(err).__name__)
+            continue
+        by_config.setdefault(result.config_hash, []).append(result)
+    for key, results in by_config.items():
+        if any(len(r.folds) >= r.cv_folds for r in results):
+            continue
+        folds = {f.fold: f for r in results for f in r.folds}
+        first = results[0]
+        combined = RunResult(first.describe, key, first.sweep, first.cv_folds, [folds[k] for k in sorted(folds)])
+        group = config_group(cfg.group, first.sweep, first.describe.experiment, key)
+        log_aggregate(cfg, combined, sweep_dir, group)

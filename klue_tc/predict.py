@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from klue_tc.config import EVAL_BATCH_SIZE
 from klue_tc.data import LABEL_NAMES, decode_text, has_letter_or_digit, normalise_title
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
 from klue_tc.records import FoldResult, RunResult
@@ -62,7 +63,7 @@ def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[R
 
 
 def predict_titles(
-    run_dir: str | Path, titles: Sequence[str], batch_size: int = 512, available_only: bool = False
+    run_dir: str | Path, titles: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, available_only: bool = False
 ) -> list[tuple[str, float]]:
     """(label name, ensemble probability) for each title, in order (each normalised as training's were)."""
     titles = [normalise_title(t) for t in titles]
@@ -148,7 +149,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="text file (UTF-8; UTF-16 with a BOM and cp949 are read too), one headline a line (blank lines "
         "skipped); - reads standard input",
     )
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
     parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
     parser.add_argument(
         "--available-folds",

@@ -30,7 +30,7 @@ from klue_tc.datamodule import BucketBatchSampler, PaddedBatches
 from klue_tc.errors import ConfigError
 from klue_tc.files import atomic_write, atomic_write_json, exclusive_lock
 from klue_tc.fingerprint import code_version
-from klue_tc.hardware import default_precision, uses_gpu
+from klue_tc.hardware import Device
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
 from klue_tc.models.masked_lm import MaskedLMHead
@@ -114,7 +114,7 @@ def new_masked_lm(run: RunConfig, tokenizer: Tokenizer) -> MaskedLanguageModel:
     return MaskedLanguageModel(classifier.encoder, tokenizer.vocab_size, tokenizer.specials.pad)
 
 
-def pretrained_key(run: RunConfig, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
+def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
     """Everything that changes the pretrained weights; where the corpus came from is not in it."""
     settings = keyed_settings(run.pretrain)
     for how_the_corpus_was_chosen in ("same_corpus_every_fold", "include_scored_titles"):
@@ -127,7 +127,7 @@ def pretrained_key(run: RunConfig, corpus: Corpus, tokenizer_identity: Optional[
         "corpus": corpus.fingerprint,
         "pad_multiple": run.data.pad_multiple,
         "seed": run.seed,
-        "precision": default_precision(run.trainer),
+        "precision": device.precision,
         "code": asdict(code_version()),
     }
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -159,6 +159,7 @@ class PretrainedStore:
 
 def ensure_pretrained(
     run: RunConfig,
+    device: Device,
     corpus: Corpus,
     store: PretrainedStore,
     cache: TokenizerCache,
@@ -166,26 +167,26 @@ def ensure_pretrained(
     on_step: Optional[StepHook] = None,
 ) -> PretrainedEncoder:
     """The stored encoder for this corpus and config: found, or trained (resumed) and stored now."""
-    key = pretrained_key(run, corpus, tokenizer_identity)
+    key = pretrained_key(run, device, corpus, tokenizer_identity)
     found = store.find(key)
     if found is None:
         with store.claim(key):
             found = store.find(key)  # an identical job may have finished it meanwhile
             if found is None:
-                found = _train_and_store(run, corpus, key, store, cache, on_step)
+                found = _train_and_store(run, device, corpus, key, store, cache, on_step)
     else:
         log.info("pretrained encoder %s found in %s: not trained again", key, store.root)
     return found
 
 
 def _train_and_store(
-    run: RunConfig, corpus: Corpus, key: str, store: PretrainedStore, cache: TokenizerCache, on_step
+    run: RunConfig, device: Device, corpus: Corpus, key: str, store: PretrainedStore, cache: TokenizerCache, on_step
 ) -> PretrainedEncoder:
     folder = store.folder(key)
     tokenizer, tok_key = cache.tokenizer(run.tokenizer, corpus.texts, corpus.fingerprint)
     encoded = cache.encoded(tokenizer, tok_key, corpus.texts, corpus.fingerprint)
     started = time.perf_counter()
-    weights, steps, loss = pretrain_encoder(run, tokenizer, encoded, folder / STATE_FILE, on_step)
+    weights, steps, loss = pretrain_encoder(run, device, tokenizer, encoded, folder / STATE_FILE, on_step)
     atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(weights, tmp))
     shutil.rmtree(folder / TOKENIZER_DIR, ignore_errors=True)
     tokenizer.save(folder / TOKENIZER_DIR)
@@ -226,23 +227,28 @@ def total_steps(run: RunConfig, titles: int) -> tuple[int, int]:
 
 
 def pretrain_encoder(
-    run: RunConfig, tokenizer: Tokenizer, encoded: EncodedTitles, state_path: Path, on_step: Optional[StepHook] = None
+    run: RunConfig,
+    device: Device,
+    tokenizer: Tokenizer,
+    encoded: EncodedTitles,
+    state_path: Path,
+    on_step: Optional[StepHook] = None,
 ) -> tuple[dict, int, float]:
     """Masked-LM steps over `encoded`; the resumable state is written to `state_path` every
     `pretrain.save_every_steps` steps, and a run that finds one there goes on from it.
     Returns the encoder's state dict (on the CPU), the steps taken and the last loss."""
     cfg = run.pretrain
-    device = torch.device("cuda" if uses_gpu(run.trainer) else "cpu")
-    bf16 = "bf16" in default_precision(run.trainer)
+    bf16 = "bf16" in device.precision
+    on = device.torch_device
     torch.manual_seed(run.seed)
-    model = new_masked_lm(run, tokenizer).to(device)
+    model = new_masked_lm(run, tokenizer).to(on)
     optimizer = _optimizer(model, run)
     per_epoch, total = total_steps(run, len(encoded))
     warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
-    generator = torch.Generator(device).manual_seed(run.seed)
+    generator = torch.Generator(on).manual_seed(run.seed)
     specials, vocab_size = tokenizer.specials, tokenizer.vocab_size
-    starts = word_start_table(tokenizer).to(device) if cfg.whole_word else None
+    starts = word_start_table(tokenizer).to(on) if cfg.whole_word else None
     step = _resume(state_path, model, optimizer, scheduler, generator)
     batches = PaddedBatches(encoded, None, specials.pad, pad_multiple=run.data.pad_multiple)
     sampler = BucketBatchSampler(
@@ -254,13 +260,13 @@ def pretrain_encoder(
         epoch, done_in_epoch = divmod(step, per_epoch)
         sampler.set_epoch(epoch)
         for indices in itertools.islice(iter(sampler), done_in_epoch, None):
-            original = batches[indices]["input_ids"].to(device, non_blocking=True)
+            original = batches[indices]["input_ids"].to(on, non_blocking=True)
             if starts is None:
                 picked = pick_tokens(original, specials, cfg.mask_p, 0, generator)
             else:
                 picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
             shown = corrupt_picked(original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = model(shown, original, picked)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

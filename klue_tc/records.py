@@ -241,6 +241,50 @@ class FoldResult:
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
+@dataclass(frozen=True)
+class FoldValidation:
+    """One fold's model alone on the validation titles."""
+
+    fold: int
+    f1: float
+    accuracy: float
+
+
+@dataclass
+class RunValidation:
+    """The fold ensemble (averaged probabilities) on the validation titles: what the run predicts;
+    and each fold's model alone. In metrics.json as the `validation_*` keys."""
+
+    ensemble: ValidationScore
+    folds: list[FoldValidation] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "validation_f1": self.ensemble.f1,
+            "validation_accuracy": self.ensemble.accuracy,
+            "validation_per_class_f1": self.ensemble.per_class_f1,
+            "validation_fold_f1": [asdict(fold) for fold in self.folds],
+            "validation_size": self.ensemble.size,
+            "validation_source": self.ensemble.source,
+            "validation_confusion_matrix": self.ensemble.confusion_matrix,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: dict) -> Optional[RunValidation]:
+        """None where no validation set was scored."""
+        if "validation_f1" not in payload:
+            return None
+        ensemble = ValidationScore(
+            payload["validation_f1"],
+            payload["validation_accuracy"],
+            payload.get("validation_size", 0),
+            payload.get("validation_source", ""),
+            payload.get("validation_per_class_f1", {}),
+            payload.get("validation_confusion_matrix", []),
+        )
+        return cls(ensemble, [FoldValidation(**fold) for fold in payload.get("validation_fold_f1", [])])
+
+
 @dataclass
 class RunResult:
     """A run directory's `metrics.json`: the configuration, its folds and their summary (the
@@ -253,11 +297,29 @@ class RunResult:
     folds: list[FoldResult]
     reused_folds: list[int] = field(default_factory=list)  # found in the results store, not trained now
     reused_from_other_code: list[int] = field(default_factory=list)  # of those, made by other code
-    validation: dict = field(default_factory=dict)  # validation_f1, validation_accuracy, ... (evaluate.score_run)
+    validation: Optional[RunValidation] = None  # with a validation set scored
     label_names: Optional[list[str]] = None  # the classes in id order; None in runs from before: YNAT's
 
+    @property
+    def f1(self) -> CVSummary:
+        """The CV macro-F1 over the folds that did not diverge."""
+        return CVSummary.of([r.f1 for r in self.folds])
+
+    @property
+    def accuracy(self) -> CVSummary:
+        return CVSummary.of([r.accuracy for r in self.folds])
+
+    @property
+    def diverged_folds(self) -> list[int]:
+        return [r.fold for r in self.folds if r.diverged]
+
+    @property
+    def score(self) -> float:
+        """The configuration's CV macro-F1; NaN with a diverged fold: such a configuration is no candidate."""
+        return float("nan") if self.diverged_folds else self.f1.mean
+
     def to_dict(self) -> dict:
-        f1, accuracy = CVSummary.of([r.f1 for r in self.folds]), CVSummary.of([r.accuracy for r in self.folds])
+        f1, accuracy = self.f1, self.accuracy
         speed = CVSummary.of([r.train_samples_per_s for r in self.folds if r.train_samples_per_s is not None])
         return {
             **asdict(self.describe),
@@ -271,12 +333,12 @@ class RunResult:
             "cv_accuracy_mean": accuracy.mean,
             "cv_accuracy_std": accuracy.std,
             "train_samples_per_s": speed.mean if speed.n else None,
-            "diverged_folds": [r.fold for r in self.folds if r.diverged],
+            "diverged_folds": self.diverged_folds,
             "reused_folds": self.reused_folds,
             "reused_from_other_code": self.reused_from_other_code,
             "code_versions": sorted({r.code.label() for r in self.folds if r.code}),
             "label_names": self.label_names,
-            **self.validation,
+            **(self.validation.to_dict() if self.validation is not None else {}),
         }
 
     @classmethod
@@ -290,7 +352,7 @@ class RunResult:
             [FoldResult.from_dict(r) for r in payload["folds"]],
             payload.get("reused_folds", []),
             payload.get("reused_from_other_code", []),
-            {k: v for k, v in payload.items() if k.startswith("validation_")},
+            RunValidation.from_dict(payload),
             payload.get("label_names"),
         )
 

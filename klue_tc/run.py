@@ -1,63 +1,72 @@
 """One configuration, all requested folds: the job that `python -m klue_tc` runs.
 
-check the inputs -> look up finished folds -> train the missing ones -> score the validation set
--> write metrics.json -> log the aggregate -> say where it all is.
+check the inputs -> resolve the job's context -> look up finished folds -> train the missing ones
+-> score the validation set -> write metrics.json -> log the aggregate -> say where it all is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from klue_tc import interrupts
-from klue_tc.config import LoggerKind, RunConfig, WandbConfig, job_config, keyed_settings, validate
-from klue_tc.corpus import PretrainSources, gather_sources
+from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
+from klue_tc.corpus import gather_sources
 from klue_tc.data import stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
-from klue_tc.fingerprint import code_version
-from klue_tc.preflight import JobInputs, check_inputs
-from klue_tc.records import Describe, FoldResult, RunResult
+from klue_tc.job_context import FirstStepClock, JobContext
+from klue_tc.job_setup import pretrained_root, resolve_job, results_root
+from klue_tc.preflight import check_inputs
+from klue_tc.records import FoldResult, RunResult, RunValidation
 from klue_tc.redaction import redact, redact_files, redact_logs
-from klue_tc.results import ResultsStore, config_hash
+from klue_tc.results import ResultsStore
 
 log = logging.getLogger(__name__)
 
 
-def results_root(run: RunConfig) -> Path:
-    if run.results.dir:
-        return Path(run.results.dir).expanduser()
-    hydra = HydraConfig.get()
-    # A named sweep (a sweep file) keeps its records in its own, stable folder; an ad hoc `-m`
-    # shares the single runs' store, since its timestamped folder is new at every re-run.
-    if hydra.mode == RunMode.MULTIRUN and run.sweep:
-        return Path(hydra.sweep.dir) / "results"
-    return Path("outputs/results")
-
-
-def describe(run: RunConfig) -> Describe:
-    return Describe(
-        run.experiment,
-        run.encoder.name,
-        run.encoder.ln.value,
-        run.encoder.layers,
-        run.head.name,
-        run.tokenizer.name,
-        run.pretrain.objective,
+def run_job(cfg: DictConfig) -> RunResult:
+    """The job's result, also written to metrics.json in its run directory."""
+    job = start_job(cfg)
+    finished, other_code = find_finished(job)
+    missing = [k for k in job.folds if k not in finished]
+    if missing:
+        finished |= train_folds(job, missing)
+    folds = [link_into_run(finished[k], job.fold_dir(k)) for k in job.folds]
+    result = RunResult(
+        job.describe,
+        job.key,
+        job.run.sweep,
+        job.run.cv.folds,
+        folds,
+        sorted(k for k in finished if k not in missing),  # found in the store, not trained by this job
+        other_code,
+        label_names=list(job.inputs.train.label_names),
     )
+    if job.inputs.validation is not None and all(f.checkpoint for f in folds):
+        result.validation = score_validation(job, folds)
+    result.save(job.run_dir / "metrics.json")
+    if job.run.logger.name == LoggerKind.wandb and job.run.cv.fold is None:
+        from klue_tc.loggers import log_aggregate
+
+        log_aggregate(job.run.logger.wandb, result, job.run_dir, job.wandb_group)
+    print(f"run directory: {job.run_dir}", flush=True)
+    print(final_line(result), flush=True)
+    return result
 
 
-def run_job(cfg: DictConfig) -> float:
-    job_start = time.perf_counter()
+def start_job(cfg: DictConfig) -> JobContext:
+    """Check the config and inputs, write the resolved config beside where metrics.json will be,
+    and resolve everything the job needs before its first step."""
+    clock = FirstStepClock()
     run = validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     redact_logs()
@@ -69,53 +78,18 @@ def run_job(cfg: DictConfig) -> float:
     store = ResultsStore(results_root(run))
     inputs = check_inputs(run, run_dir, store.root)
     log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
-
     sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
-    key, code = results_key(run, inputs, sources), code_version()
-    wanted = [run.cv.fold] if run.cv.fold is not None else list(range(run.cv.folds))
-    finished, other_code = find_finished(store, key, wanted, run, code)
-    reused = sorted(finished)  # found in the store, not trained by this job
-    missing = [k for k in wanted if k not in finished]
-    if missing:
-        finished |= train_folds(run, key, missing, inputs, store, run_dir, resolved, job_start, sources)
-    folds = [link_into_run(finished[k], run_dir / f"fold{k}") for k in wanted]
-
-    result = RunResult(
-        describe(run),
-        key,
-        run.sweep,
-        run.cv.folds,
-        folds,
-        reused,
-        other_code,
-        label_names=list(inputs.train.label_names),
-    )
-    if inputs.validation is not None and all(f.checkpoint for f in folds):
-        result.validation = score_validation(folds, inputs, run, run_dir)
-    result.save(run_dir / "metrics.json")
-    metrics = result.to_dict()
-    if run.logger.name == LoggerKind.wandb and run.cv.fold is None:
-        log_aggregate(run.logger.wandb, metrics, run_dir, wandb_group(run, key))
-    print(f"run directory: {run_dir}", flush=True)
-    print(final_line(metrics), flush=True)
-    # A configuration with a diverged fold is no candidate: NaN, a failed trial for Optuna.
-    score = float("nan") if metrics["diverged_folds"] else metrics["cv_f1_mean"]
-    if not math.isfinite(score) and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
-        # hydra-optuna-sweeper 1.3 with optuna 2.x ends the whole study on a NaN objective, while
-        # an exception is recorded as one failed trial and the study goes on.
-        raise FloatingPointError(f"CV macro-F1 is {score}: the trial is recorded as failed")
-    return score
+    return resolve_job(run, resolved, run_dir, inputs, store, clock, sources)
 
 
-def score_validation(folds: list[FoldResult], inputs: JobInputs, run: RunConfig, run_dir: Path) -> dict:
+def score_validation(job: JobContext, folds: list[FoldResult]) -> RunValidation:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
     from klue_tc.evaluate import score_run
     from klue_tc.report.plots import plot_confusion_matrix
 
-    validation = score_run(folds, inputs.validation, run.data.eval_batch_size)
-    plot_confusion_matrix(
-        validation["validation_confusion_matrix"], list(inputs.validation.label_names), run_dir / "confusion_matrix.png"
-    )
+    validation = score_run(folds, job.inputs.validation, job.run.data.eval_batch_size)
+    names = list(job.inputs.validation.label_names)
+    plot_confusion_matrix(validation.ensemble.confusion_matrix, names, job.run_dir / "confusion_matrix.png")
     return validation
 
 
@@ -128,31 +102,14 @@ def redact_hydra_files(run_dir: Path) -> None:
     redact_files(written)
 
 
-def results_key(run: RunConfig, inputs: JobInputs, sources: PretrainSources | None = None) -> str:
-    from klue_tc.hardware import default_precision
-
-    return config_hash(
-        run,
-        inputs.train.fingerprint(),
-        default_precision(run.trainer),
-        inputs.tokenizer_identity,
-        sources.fingerprint() if sources is not None else None,
-    )
-
-
-def pretrained_root(run: RunConfig) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root(run).parent / "pretrained"
-
-
-def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConfig, code) -> tuple[dict, list[int]]:
+def find_finished(job: JobContext) -> tuple[dict[int, FoldResult], list[int]]:
     """The folds already finished (records of this code, or of any with results.reuse=any), and
     which of them came from other code."""
-    if not run.results.resume:
+    if not job.run.results.resume:
         return {}, []
     finished, reused_other_code = {}, []
-    for k in wanted:
-        lookup = store.find(key, k, code, reuse_any=run.results.reuse == "any")
+    for k in job.folds:
+        lookup = job.store.find(job.key, k, job.code, reuse_any=job.run.results.reuse == "any")
         record = lookup.record
         if record is None:
             continue
@@ -161,7 +118,7 @@ def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConf
                 "fold %d of %s: its scores are reused, but its checkpoint (%s) is gone: no validation "
                 "score or prediction from this run (results.resume=false trains it again)",
                 k,
-                key,
+                job.key,
                 record.checkpoint,
             )
         finished[k] = record
@@ -170,100 +127,83 @@ def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConf
             log.warning(
                 "fold %d of %s: reusing the record of other code (%s), as results.reuse=any asks",
                 k,
-                key,
+                job.key,
                 record.code.label() if record.code else "unknown",
             )
         else:
-            log.info("fold %d of %s already finished (%s): skipped", k, key, store.root)
+            log.info("fold %d of %s already finished (%s): skipped", k, job.key, job.store.root)
     return finished, reused_other_code
 
 
-def train_folds(
-    run: RunConfig,
-    key: str,
-    missing: list[int],
-    inputs: JobInputs,
-    store: ResultsStore,
-    run_dir: Path,
-    resolved: dict,
-    job_start: float,
-    sources: PretrainSources | None = None,
-) -> dict[int, FoldResult]:
+def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
+    """Train the folds no record holds, each claimed in the results store while this job trains it."""
     # torch and lightning only now, so that a bad override or file fails before they load. The time
     # to first step leaves the imports out; in a sweep's later jobs in one process they cost nothing.
-    imports_start = time.perf_counter()
-    from klue_tc.loggers import finish_logger, make_logger
-    from klue_tc.progress import JobProgress, quiet_libraries
-    from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training import prepare_fold, train_fold
+    with job.clock.paused():
+        from klue_tc.progress import JobProgress, quiet_libraries
+        from klue_tc.tokenizers import TokenizerCache
 
-    quiet_libraries()
-    job_start += time.perf_counter() - imports_start
-    splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
-    cache = TokenizerCache(run.data.cache_dir)
-    progress = JobProgress(len(missing), run.trainer.max_epochs)
-    group, code, trained = wandb_group(run, key), code_version(), {}
+        quiet_libraries()
+    splits = stratified_folds(job.inputs.train.labels, job.run.cv.folds, job.run.cv.seed)
+    cache = TokenizerCache(job.run.data.cache_dir)
+    progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:
-        # All the job's folds are held before any trains, so that the list the other ranks of a
-        # multi-device fit are given is final.
-        for k in missing:
-            held.enter_context(store.claim(key, k))
-        for k in missing:
-            lookup = store.find(key, k, code, reuse_any=False)  # an identical job may have finished it meanwhile
-            if lookup.record is not None and run.results.resume:
-                trained[k] = lookup.record
+        trained = claim_folds(job, missing, held)
         to_train = [k for k in missing if k not in trained]
-        held.enter_context(plan_for_other_ranks(resolved, run_dir, store.root, key, to_train))
+        held.enter_context(plan_for_other_ranks(job.config, job.run_dir, job.store.root, job.key, to_train))
         for k in to_train:
-            pretrained = None
-            if sources is not None:
-                pretrained = pretrain_for_fold(run, sources, inputs, splits[k][1], cache, run_dir, group)
-            prepared = prepare_fold(run, inputs.train, *splits[k], cache, pretrained)
-            logger = make_logger(
-                run.logger,
-                run_dir,
-                f"{run.experiment}-{key}-fold{k}",
-                group,
-                f"fold{k}",
-                {**resolved, "config_hash": key, "fold": k},
-            )
-            try:
-                record = train_fold(
-                    run,
-                    k,
-                    prepared,
-                    run_dir / f"fold{k}",
-                    logger,
-                    job_start,
-                    store.training_state_dir(key, k),
-                    callbacks=[progress.callback(k), progress.bar()],
-                    validation=inputs.validation,
-                    pretrained=pretrained,
-                )
-            except BaseException:  # Ctrl-C reaches here as Lightning's sys.exit(1)
-                finish_logger(logger, exit_code=1)
-                raise
-            finish_logger(logger)
-            record = replace(
-                record,
-                describe=describe(run),
-                config_hash=key,
-                code=code,
-                data_source=inputs.train.source,
-                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            )
-            store.put(key, k, record, resolved)
-            store.discard_training_state(key, k)
-            trained[k] = record
+            trained[k] = train_and_store(job, k, splits[k], cache, [progress.callback(k), progress.bar()])
             if interrupts.requested() is not None:  # asked to stop as the fold's training ended
                 raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
-            job_start = time.perf_counter()  # the next fold's time to first step starts here
+            job.clock.restart()  # the next fold's time to first step starts here
     return trained
 
 
-def pretrain_for_fold(
-    run: RunConfig, sources: PretrainSources, inputs: JobInputs, held_out, cache, run_dir: Path, group: str
-):
+def claim_folds(job: JobContext, folds: list[int], held: contextlib.ExitStack) -> dict[int, FoldResult]:
+    """Every fold's lock in the results store, all held (by `held`) before any trains, so that the
+    list the other ranks of a multi-device fit are given is final; the records among them that an
+    identical job finished meanwhile."""
+    for k in folds:
+        held.enter_context(job.store.claim(job.key, k))
+    if not job.run.results.resume:
+        return {}
+    found = {k: job.store.find(job.key, k, job.code, reuse_any=False).record for k in folds}
+    return {k: record for k, record in found.items() if record is not None}
+
+
+def train_and_store(
+    job: JobContext, k: int, split: tuple[np.ndarray, np.ndarray], cache, callbacks: list
+) -> FoldResult:
+    """One fold: its pretrained encoder (with pretraining), its encoded titles, its training under
+    its own logger, and its record in the results store."""
+    from klue_tc.training import prepare_fold, train_fold
+
+    pretrained = pretrain_for_fold(job, split[1], cache) if job.sources is not None else None
+    prepared = prepare_fold(job.run, job.inputs.train, *split, cache, pretrained)
+    with fold_logger(job, k) as logger:
+        record = train_fold(job, k, prepared, logger, callbacks, pretrained)
+    job.store.put(job.key, k, record, job.config)
+    job.store.discard_training_state(job.key, k)
+    return record
+
+
+@contextlib.contextmanager
+def fold_logger(job: JobContext, k: int) -> Iterator:
+    """The fold's Lightning logger, finished as failed when its training raises (Ctrl-C reaches
+    here as Lightning's sys.exit(1))."""
+    from klue_tc.loggers import finish_logger, make_logger
+
+    config = {**job.config, "config_hash": job.key, "fold": k}
+    logger = make_logger(job.run.logger, job.run_dir, job.run_name(k), job.wandb_group, f"fold{k}", config)
+    try:
+        yield logger
+    except BaseException:
+        finish_logger(logger, exit_code=1)
+        raise
+    finish_logger(logger)
+
+
+def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     """The fold's pretrained encoder: found in the store, or pretrained now, with its own progress
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
@@ -271,14 +211,14 @@ def pretrain_for_fold(
     from klue_tc.pretraining import PretrainedStore, ensure_pretrained, pretrained_key
     from klue_tc.progress import PretrainLine
 
-    corpus = fold_corpus(run, sources, inputs.train, held_out)
-    store, key = PretrainedStore(pretrained_root(run)), pretrained_key(run, corpus, inputs.tokenizer_identity)
+    run, identity = job.run, job.inputs.tokenizer_identity
+    corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
+    store, key = PretrainedStore(pretrained_root(run)), pretrained_key(run, job.device, corpus, identity)
     line, wandb_run = PretrainLine(), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
-        wandb_run = open_wandb_run(
-            run.logger.wandb, run_dir, f"{run.experiment}-pretrain-{key}", group, "pretrain", config
-        )
+        name = f"{run.experiment}-pretrain-{key}"
+        wandb_run = open_wandb_run(run.logger.wandb, job.run_dir, name, job.wandb_group, "pretrain", config)
 
     def on_step(step: int, total: int, loss) -> None:
         line(step, total, loss)
@@ -286,7 +226,7 @@ def pretrain_for_fold(
             wandb_run.log({"pretrain/mlm_loss": float(loss)}, step=step)
 
     try:
-        return ensure_pretrained(run, corpus, store, cache, inputs.tokenizer_identity, on_step)
+        return ensure_pretrained(run, job.device, corpus, store, cache, identity, on_step)
     finally:
         finish_wandb_run(wandb_run)
 
@@ -310,101 +250,19 @@ def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
     return replace(record, checkpoint=str(target.resolve()), tokenizer_dir=str((fold_dir / "tokenizer").resolve()))
 
 
-def wandb_group(run: RunConfig, key: str) -> str:
-    """One group per configuration (its folds and its aggregate), in a sweep as in a single run."""
-    from klue_tc.loggers import config_group
-
-    return config_group(run.logger.wandb.group, run.sweep, run.experiment, key)
-
-
-def log_aggregate(wandb_cfg: WandbConfig, metrics: dict, run_dir: Path, group: str) -> None:
-    """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
-    validation confusion matrix and per-class F1."""
-    from klue_tc.loggers import finish_wandb_run, open_wandb_run
-
-    wandb_run = open_wandb_run(
-        wandb_cfg,
-        run_dir,
-        f"{metrics['experiment']}-{metrics['config_hash']}-cv",
-        group,
-        "aggregate",
-        {**metrics_config(metrics)},
-    )
-    if wandb_run is None:
-        return
-    import wandb
-
-    wandb_run.summary.update(
-        {
-            "cv/f1_mean": metrics["cv_f1_mean"],
-            "cv/f1_std": metrics["cv_f1_std"],
-            "cv/n": metrics["cv_f1_n"],
-            "cv/accuracy_mean": metrics["cv_accuracy_mean"],
-        }
-    )
-    if "validation_f1" in metrics:
-        from klue_tc.data import LABEL_NAMES
-
-        names = metrics.get("label_names") or LABEL_NAMES
-        wandb_run.summary.update(
-            {"validation/f1": metrics["validation_f1"], "validation/accuracy": metrics["validation_accuracy"]}
-        )
-        per_class = metrics["validation_per_class_f1"]
-        matrix = metrics["validation_confusion_matrix"]
-        wandb_run.log(
-            {
-                "validation/per_class_f1": wandb.Table(
-                    columns=["class", "f1"], data=[[k, v] for k, v in per_class.items()]
-                ),
-                "validation/confusion_matrix": wandb.Table(
-                    columns=["truth", *names], data=[[name, *row] for name, row in zip(names, matrix)]
-                ),
-                "validation/confusion_matrix_plot": wandb.Image(str(run_dir / "confusion_matrix.png")),
-            }
-        )
-    finish_wandb_run(wandb_run)
-
-
-def log_sweep_aggregates(sweep_dir: Path, wandb_cfg: WandbConfig) -> None:
-    """One aggregate run per configuration of a sweep, in that configuration's group, where its
-    folds ran as separate jobs (a job that trained every fold logged its own aggregate)."""
-    from klue_tc.loggers import config_group
-
-    by_config: dict[str, list[RunResult]] = {}
-    for path in sorted(sweep_dir.glob("**/metrics.json")):
-        try:
-            result = RunResult.load(path)
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            log.warning("%s skipped for the W&B aggregates (%s)", path, type(err).__name__)
-            continue
-        by_config.setdefault(result.config_hash, []).append(result)
-    for key, results in by_config.items():
-        if any(len(r.folds) >= r.cv_folds for r in results):
-            continue
-        folds = {f.fold: f for r in results for f in r.folds}
-        first = results[0]
-        combined = RunResult(first.describe, key, first.sweep, first.cv_folds, [folds[k] for k in sorted(folds)])
-        group = config_group(wandb_cfg.group, first.sweep, first.describe.experiment, key)
-        log_aggregate(wandb_cfg, combined.to_dict(), sweep_dir, group)
-
-
-def metrics_config(metrics: dict) -> dict:
-    return {k: metrics[k] for k in ("experiment", "encoder", "ln", "layers", "head", "tokenizer", "config_hash")}
-
-
-def final_line(metrics: dict) -> str:
-    line = (
-        f"{metrics['experiment']}: CV macro-F1 {metrics['cv_f1_mean']:.4f} ± {metrics['cv_f1_std']:.4f}"
-        f" over {len(metrics['folds'])} fold(s)"
-    )
-    if "validation_f1" in metrics:
-        line += f"; validation macro-F1 {metrics['validation_f1']:.4f} (accuracy {metrics['validation_accuracy']:.4f})"
-    if metrics.get("diverged_folds"):
-        line += f"; fold(s) {', '.join(map(str, metrics['diverged_folds']))} diverged (left out of the mean)"
-    reused = [f for f in metrics["folds"] if f["fold"] in metrics["reused_folds"]]
+def final_line(result: RunResult) -> str:
+    """The job's last line: its CV macro-F1 and, when scored, its validation macro-F1."""
+    f1 = result.f1
+    line = f"{result.describe.experiment}: CV macro-F1 {f1.mean:.4f} ± {f1.std:.4f} over {len(result.folds)} fold(s)"
+    if result.validation is not None:
+        ensemble = result.validation.ensemble
+        line += f"; validation macro-F1 {ensemble.f1:.4f} (accuracy {ensemble.accuracy:.4f})"
+    if result.diverged_folds:
+        line += f"; fold(s) {', '.join(map(str, result.diverged_folds))} diverged (left out of the mean)"
+    reused = [f for f in result.folds if f.fold in result.reused_folds]
     if reused:
-        since = min(f["finished_at"] for f in reused)[:16].replace("T", " ")
+        since = min(f.finished_at for f in reused)[:16].replace("T", " ")
         line += f"; {len(reused)} fold(s) reused, finished from {since} UTC"
-        if metrics["reused_from_other_code"]:
-            line += f" ({len(metrics['reused_from_other_code'])} made by other code: results.reuse=any)"
+        if result.reused_from_other_code:
+            line += f" ({len(result.reused_from_other_code)} made by other code: results.reuse=any)"
     return line

@@ -7,10 +7,12 @@ in as extra callbacks from the caller.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -34,8 +36,8 @@ from klue_tc.data import LabelledTitles, inner_split
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
 from klue_tc.evaluate import score_predictions
 from klue_tc.files import reporting_full_disk
-from klue_tc.hardware import default_precision, device_name
 from klue_tc.inference import encoded_probs, predict_probs
+from klue_tc.job_context import JobContext
 from klue_tc.model_size import measure
 from klue_tc.module import TopicClassifierModule, TrainingDiverged
 from klue_tc.pretraining import PretrainedEncoder, load_pretrained_encoder
@@ -102,8 +104,20 @@ def prepare_fold(
     )
 
 
+def lightning_flags(cfg: TrainerConfig) -> dict:
+    """The trainer settings that are Lightning Trainer's own flags, passed on as they are: a new
+    flag is one field in TrainerConfig. The precision is left to the job's resolved device."""
+    accepted = inspect.signature(L.Trainer.__init__).parameters
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name in accepted and f.name != "precision"}
+
+
 def make_trainer(
-    cfg: TrainerConfig, fold_dir: Path, logger: Optional[Logger], callbacks: list, reload_train_data: bool = False
+    cfg: TrainerConfig,
+    precision: str,
+    fold_dir: Path,
+    logger: Optional[Logger],
+    callbacks: list,
+    reload_train_data: bool = False,
 ) -> L.Trainer:
     show_bar = cfg.progress_bar == "rich" or (cfg.progress_bar == "auto" and sys.stdout.isatty())
     # A caller's own bar (klue_tc.progress) is used when a bar is shown, and left out when not.
@@ -113,46 +127,24 @@ def make_trainer(
     if show_bar:
         callbacks = [*callbacks, *(own_bars[:1] or [RichProgressBar()])]
     return L.Trainer(
-        accelerator=cfg.accelerator,
-        devices=cfg.devices,
-        strategy=cfg.strategy,
+        **lightning_flags(cfg),
+        precision=precision,
         use_distributed_sampler=False,  # the batch sampler shares out each batch itself (datamodule.py)
-        precision=default_precision(cfg),
-        max_epochs=cfg.max_epochs,
-        gradient_clip_val=cfg.gradient_clip_val,
         logger=logger or False,
         callbacks=callbacks,
         enable_progress_bar=show_bar,
         enable_model_summary=False,
-        log_every_n_steps=cfg.log_every_n_steps,
-        deterministic=cfg.deterministic,
         default_root_dir=str(fold_dir),
         num_sanity_val_steps=0,
-        fast_dev_run=cfg.fast_dev_run,
-        limit_train_batches=cfg.limit_train_batches,
         reload_dataloaders_every_n_epochs=int(reload_train_data),
         plugins=[AtomicCheckpointIO()],
     )
 
 
-def train_fold(
-    run: RunConfig,
-    fold: int,
-    prepared: PreparedFold,
-    fold_dir: Path,
-    logger: Optional[Logger],
-    job_start: float,
-    state_dir: Path,
-    callbacks: Sequence[L.Callback] = (),
-    validation: Optional[LabelledTitles] = None,
-    pretrained: Optional[PretrainedEncoder] = None,
-) -> Optional[FoldResult]:
-    """Train one fold. Its training state is checkpointed into `state_dir` as epochs end (at most
-    once a minute), and an interrupted fold resumes there; the best weights end up in `fold_dir`
-    and, with `validation`, are scored on it. `callbacks` watch the training (progress, logging)
-    and run after the ones that make it. None on the other ranks of a multi-device fit.
-    With `pretrained`, the encoder starts from its weights."""
-    started = time.perf_counter()
+def new_module(
+    run: RunConfig, prepared: PreparedFold, pretrained: Optional[PretrainedEncoder]
+) -> TopicClassifierModule:
+    """The fold's classifier, seeded; its encoder from the pretrained weights when given."""
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
         prepared.tokenizer.vocab_size,
@@ -169,13 +161,16 @@ def train_fold(
         # Widths rounded to a multiple (data.pad_multiple) are few: a graph specialised to each is
         # faster than one symbolic in the width, which any width would need.
         module.model = torch.compile(module.model, dynamic=run.data.pad_multiple == 1)
-    datamodule = FoldDataModule(
-        prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
-    )
-    monitor = FoldMonitor(job_start)
+    return module
+
+
+def selection_callbacks(
+    run: RunConfig, fold: int, state_dir: Path, monitor: FoldMonitor
+) -> tuple[ModelCheckpoint, list[L.Callback]]:
+    """The callbacks that make the fold's model (the best checkpoint among them, returned first):
+    the inner split chooses the epoch; the training state is saved to resume from."""
     # The EMA comes first, so that FoldMonitor's step time includes its update.
     averaging = [ExponentialMovingAverage(run.optim.ema_decay)] if run.optim.ema_decay > 0 else []
-    resume_from = resume_point(fold, state_dir, run.results.resume)
     # Weights-only checkpoints skip the callbacks' save hooks, so with an EMA the best checkpoint is
     # a full one (its state_dict then holds the averaged weights that were validated), slimmed after fit.
     best = ModelCheckpoint(
@@ -189,80 +184,168 @@ def train_fold(
     )
     latest = ResumeCheckpoint(state_dir, RESUME_CHECKPOINT_EVERY_S, fold)
     early_stop = EarlyStopping(monitor=SELECTION_METRIC, mode="max", patience=run.trainer.early_stopping_patience)
-    trainer = make_trainer(
-        run.trainer,
-        fold_dir,
-        logger,
-        [*averaging, monitor, RandomState(), best, latest, early_stop, *callbacks],
-        reload_train_data=prepared.train.resample is not None,
-    )
-    diverged = None
-    try:
-        with interrupts.at_step_boundaries():
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
-    except TrainingDiverged as err:
-        diverged = str(err)
-        log.warning("fold %d diverged: %s; its record is marked diverged, left out of the CV mean", fold, diverged)
-    if not trainer.is_global_zero:
-        return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
+    return best, [*averaging, monitor, RandomState(), best, latest, early_stop]
+
+
+def keep_model(
+    best: ModelCheckpoint, tokenizer: Tokenizer, fold_dir: Path, diverged: Optional[str]
+) -> tuple[Optional[Path], Path]:
+    """The chosen weights (none after a divergence) and the tokenizer, in the fold's folder."""
     checkpoint = None
     if best.best_model_path and diverged is None:
         checkpoint = fold_dir / "best.ckpt"
         save_weights_only(Path(best.best_model_path), checkpoint)
     with reporting_full_disk(fold_dir / "tokenizer"):
-        tokenizer_dir = prepared.tokenizer.save(fold_dir / "tokenizer")
-    train_seconds = time.perf_counter() - started
-    # The fold's score: the chosen checkpoint on the held-out titles, computed once, after fit (and as
-    # prediction computes it), so that nothing during training could have read it to choose.
-    chosen = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
-    scored_probs = encoded_probs(
-        chosen, prepared.val.encoded, prepared.tokenizer.specials.pad, run.data.eval_batch_size
-    )
+        tokenizer_dir = tokenizer.save(fold_dir / "tokenizer")
+    return checkpoint, tokenizer_dir
+
+
+def fit(trainer: L.Trainer, module: TopicClassifierModule, datamodule, resume_from: Optional[Path], fold: int):
+    """Lightning's fit, stopping at a step boundary when asked; the divergence's message, or None."""
+    try:
+        with interrupts.at_step_boundaries():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except TrainingDiverged as err:
+        log.warning("fold %d diverged: %s; its record is marked diverged, left out of the CV mean", fold, err)
+        return str(err)
+    return None
+
+
+@dataclass
+class FoldScores:
+    """The chosen checkpoint on the held-out fold and, when given, on the validation titles."""
+
+    scored: ValidationScore
+    predictions: FoldPredictions
+    validation: Optional[ValidationScore] = None
+
+
+def score_fold(
+    chosen: TopicClassifierModule, prepared: PreparedFold, validation: Optional[LabelledTitles], batch_size: int
+) -> FoldScores:
+    """Computed once, after fit (and as prediction computes it), so that nothing during training
+    could have read the held-out fold's score to choose."""
+    pad = prepared.tokenizer.specials.pad
+    scored_probs = encoded_probs(chosen, prepared.val.encoded, pad, batch_size)
     scored = score_predictions(prepared.val.labels, scored_probs.argmax(1), "held-out fold", prepared.label_names)
-    predictions = FoldPredictions(TitlePredictions.of(prepared.val_index, prepared.val.labels, scored_probs))
-    validation_score: Optional[ValidationScore] = None
-    if validation is not None and checkpoint is not None:
-        validation_probs = predict_probs(chosen, prepared.tokenizer, validation.texts, run.data.eval_batch_size)
-        validation_score = score_predictions(
-            validation.labels, validation_probs.argmax(1), validation.source, prepared.label_names
+    scores = FoldScores(
+        scored, FoldPredictions(TitlePredictions.of(prepared.val_index, prepared.val.labels, scored_probs))
+    )
+    if validation is not None:
+        probs = predict_probs(chosen, prepared.tokenizer, validation.texts, batch_size)
+        scores.validation = score_predictions(
+            validation.labels, probs.argmax(1), validation.source, prepared.label_names
         )
-        predictions.validation = TitlePredictions.of(np.arange(len(validation)), validation.labels, validation_probs)
+        scores.predictions.validation = TitlePredictions.of(np.arange(len(validation)), validation.labels, probs)
+    return scores
+
+
+def train_fold(
+    job: JobContext,
+    fold: int,
+    prepared: PreparedFold,
+    logger: Optional[Logger] = None,
+    callbacks: Sequence[L.Callback] = (),
+    pretrained: Optional[PretrainedEncoder] = None,
+) -> Optional[FoldResult]:
+    """Train one fold. Its training state is checkpointed into the job's state folder as epochs end
+    (at most once a minute), and an interrupted fold resumes there; the best weights end up in the
+    fold's folder and are scored on the job's validation titles, if any. `callbacks` watch the
+    training (progress, logging) and run after the ones that make it. None on the other ranks of a
+    multi-device fit. With `pretrained`, the encoder starts from its weights."""
+    started = time.perf_counter()
+    run, fold_dir, state_dir = job.run, job.fold_dir(fold), job.state_dir(fold)
+    module = new_module(run, prepared, pretrained)
+    datamodule = FoldDataModule(
+        prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
+    )
+    resume_from = resume_point(fold, state_dir, run.results.resume)
+    monitor = FoldMonitor(job.clock.start)
+    best, makers = selection_callbacks(run, fold, state_dir, monitor)
+    trainer = make_trainer(
+        run.trainer,
+        job.device.precision,
+        fold_dir,
+        logger,
+        [*makers, *callbacks],
+        reload_train_data=prepared.train.resample is not None,
+    )
+    diverged = fit(trainer, module, datamodule, resume_from, fold)
+    if not trainer.is_global_zero:
+        return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
+    checkpoint, tokenizer_dir = keep_model(best, prepared.tokenizer, fold_dir, diverged)
+    train_seconds = time.perf_counter() - started
+    chosen = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
+    scores = score_fold(chosen, prepared, job.inputs.validation if checkpoint else None, run.data.eval_batch_size)
     if logger is not None:  # beside the per-epoch curves, whose val/ maximum is not the fold's score
         chosen_epoch = monitor.best_epoch + 1
-        logger.log_metrics({"fold/f1": scored.f1, "fold/accuracy": scored.accuracy, "fold/epoch": chosen_epoch})
+        logger.log_metrics(
+            {"fold/f1": scores.scored.f1, "fold/accuracy": scores.scored.accuracy, "fold/epoch": chosen_epoch}
+        )
         logger.save()
-    result = FoldResult(
-        fold=fold,
-        f1=scored.f1,
-        accuracy=scored.accuracy,
+    trained = TrainedFold(fold, trainer, monitor, module, checkpoint, tokenizer_dir, train_seconds, diverged)
+    return fold_record(job, prepared, trained, scores, pretrained)
+
+
+@dataclass
+class TrainedFold:
+    """What one fold's training left: the numbers its record is made of besides the scores."""
+
+    fold: int
+    trainer: L.Trainer
+    monitor: FoldMonitor
+    module: TopicClassifierModule
+    checkpoint: Optional[Path]
+    tokenizer_dir: Path
+    train_seconds: float
+    diverged: Optional[str]
+
+
+def fold_record(
+    job: JobContext,
+    prepared: PreparedFold,
+    trained: TrainedFold,
+    scores: FoldScores,
+    pretrained: Optional[PretrainedEncoder],
+) -> FoldResult:
+    """The fold's record, whole: what trained it, for which configuration, and what it scored. A
+    diverged fold's weights are not a model: no score, left out of every mean."""
+    monitor, world_size, ok = trained.monitor, trained.trainer.world_size, trained.diverged is None
+    model = getattr(trained.module.model, "_orig_mod", trained.module.model)  # the eager model under torch.compile
+    scored_ids = prepared.val.encoded.ids
+    return FoldResult(
+        fold=trained.fold,
+        f1=scores.scored.f1 if ok else float("nan"),
+        accuracy=scores.scored.accuracy if ok else float("nan"),
         best_epoch=monitor.best_epoch + 1,
-        epochs_run=trainer.current_epoch,
+        epochs_run=trained.trainer.current_epoch,
         train_samples_per_s=monitor.samples_per_s,
         time_to_first_step_s=monitor.time_to_first_step,
-        train_seconds=train_seconds,
+        train_seconds=trained.train_seconds,
         train_size=len(prepared.train.encoded),
         val_size=len(prepared.val.encoded),
-        checkpoint=str(checkpoint.resolve()) if checkpoint else None,
-        tokenizer_dir=str(tokenizer_dir.resolve()),
-        precision=default_precision(run.trainer),
-        device=device_name(run.trainer) + (f" x{trainer.world_size}" if trainer.world_size > 1 else ""),
+        checkpoint=str(trained.checkpoint.resolve()) if trained.checkpoint else None,
+        tokenizer_dir=str(trained.tokenizer_dir.resolve()),
+        describe=job.describe,
+        config_hash=job.key,
+        precision=job.device.precision,
+        code=job.code,
+        data_source=job.inputs.train.source,
+        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        device=job.device.name + (f" x{world_size}" if world_size > 1 else ""),
         threads=torch.get_num_threads(),
+        validation=scores.validation if ok else None,
         pretrained=pretrained.record() if pretrained is not None else None,
-        validation=validation_score,
+        diverged=trained.diverged,
         inner_f1=monitor.best_inner_f1 if monitor.best_epoch >= 0 else None,
         inner_accuracy=monitor.best_inner_accuracy if monitor.best_epoch >= 0 else None,
         inner_size=len(prepared.inner.encoded),
         selected_on=SELECTED_ON_INNER_SPLIT,
         learning_curve=[EpochScores(**point) for point in monitor.curve],
-        predictions=predictions,
-        diverged=diverged,
         model_size=measure(
-            getattr(module.model, "_orig_mod", module.model),  # the eager model under a torch.compile wrapper
+            model,
             prepared.val.encoded.lengths,
-            int(prepared.val.encoded.ids[0]) if len(prepared.val.encoded.ids) else prepared.tokenizer.specials.cls,
+            int(scored_ids[0]) if len(scored_ids) else prepared.tokenizer.specials.cls,
         ),
+        predictions=scores.predictions if ok else None,
     )
-    if diverged is not None:  # its weights are not a model: no score, left out of every mean
-        result.f1 = result.accuracy = float("nan")
-        result.validation, result.predictions = None, None
-    return result

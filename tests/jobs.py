@@ -27,9 +27,11 @@ def compose_job(overrides: list[str], run_dir: Path):
 
 
 def run_in_process(overrides: list[str], run_dir: Path) -> float:
+    """What the job hands back to a sweeper (its CV macro-F1), as `python -m klue_tc` does."""
+    from klue_tc.objective import sweeper_value
     from klue_tc.run import run_job
 
-    return run_job(compose_job(overrides, run_dir))
+    return sweeper_value(run_job(compose_job(overrides, run_dir)))
 
 
 def run_python(args: list[str], cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:

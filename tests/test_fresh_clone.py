@@ -193,7 +193,7 @@ def test_an_ad_hoc_multirun_shares_the_store_so_its_rerun_resumes(tmp_path, swee
     from omegaconf import OmegaConf, open_dict
 
     from klue_tc.config import validate
-    from klue_tc.run import results_root
+    from klue_tc.job_setup import results_root
 
     cfg = compose_job([f"sweep={sweep}" if sweep else "sweep=null", f"hydra.sweep.dir={tmp_path}"], tmp_path / "run")
     OmegaConf.set_readonly(cfg.hydra, False)

@@ -18,6 +18,7 @@ from klue_tc.config import validate
 from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
 from klue_tc.data import LabelledTitles, read_unlabelled_file
 from klue_tc.errors import ConfigError, DataError
+from klue_tc.hardware import Device
 from klue_tc.module import MLM_ROW_BUCKET, TopicClassifierModule, corrupt_picked, pick_tokens
 from klue_tc.pretraining import (
     MaskedLanguageModel,
@@ -33,6 +34,8 @@ from klue_tc.results import config_hash
 from klue_tc.tokenizers import EncodedTitles, SpecialIds, TokenizerCache, fit_tokenizer
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+# The tests train on the CPU, in fp32 (TINY_MODEL asks for the CPU).
+CPU = Device(gpu=False, precision="32-true", name="cpu")
 ENCODERS = ["transformer", "trans_blstm", "trans_blstm_parallel", "cnn"]
 
 
@@ -203,23 +206,23 @@ def tiny_pretraining(tmp_path, *overrides):
 def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
-    first = ensure_pretrained(run, corpus, store, cache, None)
+    first = ensure_pretrained(run, CPU, corpus, store, cache, None)
     assert first.meta["steps"] == 2 and first.weights.is_file()
 
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained again")
 
     monkeypatch.setattr(pretraining, "pretrain_encoder", must_not_train)
-    again = ensure_pretrained(run, corpus, store, cache, None)
+    again = ensure_pretrained(run, CPU, corpus, store, cache, None)
     assert again.key == first.key and again.path == first.path
     other_seed = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "seed=7")
-    assert pretraining.pretrained_key(other_seed, corpus, None) != first.key
+    assert pretraining.pretrained_key(other_seed, CPU, corpus, None) != first.key
 
 
 def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path, monkeypatch):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
-    key = pretraining.pretrained_key(run, corpus, None)
+    key = pretraining.pretrained_key(run, CPU, corpus, None)
     train_and_store = pretraining._train_and_store
     trained = []
 
@@ -230,13 +233,14 @@ def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path
     monkeypatch.setattr(pretraining, "_train_and_store", counted)
     found = {}
     second = threading.Thread(
-        target=lambda: found.setdefault("encoder", ensure_pretrained(run, corpus, store, cache, None)), name="second"
+        target=lambda: found.setdefault("encoder", ensure_pretrained(run, CPU, corpus, store, cache, None)),
+        name="second",
     )
     with store.claim(key):  # the first job holds the key while it trains
         second.start()
         second.join(timeout=1.0)
         assert second.is_alive()  # waiting for the lock, not training
-        first = pretraining._train_and_store(run, corpus, key, store, cache, None)
+        first = pretraining._train_and_store(run, CPU, corpus, key, store, cache, None)
     second.join(timeout=60)
     assert not second.is_alive() and trained == ["MainThread"]
     assert found["encoder"].key == first.key and found["encoder"].meta == first.meta
@@ -252,7 +256,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog)
     )
     tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
     encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
-    whole, steps, _ = pretrain_encoder(run, tokenizer, encoded, tmp_path / "uninterrupted.pt")
+    whole, steps, _ = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
     assert steps == 6
 
     def kill_after_step_3(step, total, loss):
@@ -261,12 +265,12 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog)
 
     state = tmp_path / "resume.pt"
     with pytest.raises(Killed):
-        pretrain_encoder(run, tokenizer, encoded, state, kill_after_step_3)
+        pretrain_encoder(run, CPU, tokenizer, encoded, state, kill_after_step_3)
     assert torch.load(state, weights_only=False)["step"] == 2
     taken = []
     with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
         resumed, steps, _ = pretrain_encoder(
-            run, tokenizer, encoded, state, lambda step, total, loss: taken.append(step)
+            run, CPU, tokenizer, encoded, state, lambda step, total, loss: taken.append(step)
         )
     assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and steps == 6
     for name, tensor in whole.items():
@@ -277,7 +281,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog)
 def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_path, encoder):
     run, corpus = tiny_pretraining(tmp_path, f"+experiment={encoder}", "pretrain.max_steps=3")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
-    stored = ensure_pretrained(run, corpus, store, cache, None)
+    stored = ensure_pretrained(run, CPU, corpus, store, cache, None)
     weights = torch.load(stored.weights, weights_only=True)
     torch.manual_seed(run.seed)
     initial = new_masked_lm(run, stored.tokenizer).encoder.state_dict()
@@ -302,7 +306,9 @@ def test_every_tokenizer_pretrains(tmp_path, tokenizer):
     run, corpus = tiny_pretraining(
         tmp_path, "+experiment=transformer", f"tokenizer={tokenizer}", *extra, "pretrain.max_steps=2"
     )
-    stored = ensure_pretrained(run, corpus, PretrainedStore(tmp_path / "p"), TokenizerCache(tmp_path / "cache"), None)
+    stored = ensure_pretrained(
+        run, CPU, corpus, PretrainedStore(tmp_path / "p"), TokenizerCache(tmp_path / "cache"), None
+    )
     assert stored.meta["steps"] == 2 and stored.tokenizer.kind == tokenizer
 
 

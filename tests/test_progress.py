@@ -92,7 +92,7 @@ def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monk
     bar = EpochProgressBar(refresh_rate=1, console_kwargs={"force_terminal": True, "file": terminal, "width": 200})
     try:
         cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="rich")
-        trainer = make_trainer(cfg, tmp_path, None, [JobProgress(1, 2).callback(0), bar])
+        trainer = make_trainer(cfg, cfg.precision, tmp_path, None, [JobProgress(1, 2).callback(0), bar])
         trainer.fit(TinyClassifier())
     finally:
         root.removeHandler(handler)

@@ -142,6 +142,7 @@ def fold_config(tmp_path, *extra):
 def train_one_fold(run, data: LabelledTitles, folder, scored_labels=None):
     import torch
 
+    from klue_tc.job_setup import standalone_job
     from klue_tc.tokenizers import TokenizerCache
     from klue_tc.training import prepare_fold, train_fold
 
@@ -149,7 +150,7 @@ def train_one_fold(run, data: LabelledTitles, folder, scored_labels=None):
     prepared = prepare_fold(run, data, train_idx, val_idx, TokenizerCache(folder / "cache"))
     if scored_labels is not None:
         prepared = replace(prepared, val=replace(prepared.val, labels=scored_labels(prepared.val.labels)))
-    record = train_fold(run, 0, prepared, folder / "fold", None, 0.0, folder / "state")
+    record = train_fold(standalone_job(run, data, folder, folder / "store"), 0, prepared)
     weights = torch.load(record.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     return record, weights, prepared
 

@@ -24,10 +24,11 @@ from omegaconf import OmegaConf
 from conftest import EXPERIMENTS, REPO
 from klue_tc.config import validate
 from klue_tc.fingerprint import code_version
+from klue_tc.hardware import default_precision
+from klue_tc.job_setup import results_key
 from klue_tc.preflight import check_inputs
 from klue_tc.records import FoldResult
 from klue_tc.results import ResultsStore, config_hash
-from klue_tc.run import results_key
 from klue_tc.sweeps import compose_sweep, sweep_jobs
 
 SWEEPS = REPO / "sweeps"
@@ -183,7 +184,8 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
     expected = {}
     for i, job in enumerate(sweep_jobs("smoke")):
         run = validate(compose_sweep("smoke", [*job, f"data.path={headlines_tsv}", "data.limit=null"]))
-        key = results_key(run, check_inputs(run, tmp_path / "check", sweep_dir / "results"))
+        inputs = check_inputs(run, tmp_path / "check", sweep_dir / "results")
+        key = results_key(run, inputs, default_precision(run.trainer))
         fold, f1 = run.cv.fold, 0.5 + i / 100
         store.put(
             key,

@@ -1,5 +1,6 @@
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
@@ -244,8 +245,8 @@ def test_a_one_fold_run_takes_its_folds_validation_score_without_predicting_agai
 
     monkeypatch.setattr(evaluate, "ensemble_probs", no_prediction)
     scored = evaluate.score_run([fold], validation)
-    assert scored["validation_f1"] == fold.validation.f1
-    assert np.trace(np.array(scored["validation_confusion_matrix"])) == 4
+    assert scored.ensemble.f1 == fold.validation.f1
+    assert np.trace(np.array(scored.ensemble.confusion_matrix)) == 4
     # Scored on other titles (a reused record, another validation file): predicted again.
     with pytest.raises(AssertionError, match="predicted again"):
         evaluate.score_run([fold], LabelledTitles(["a", "b", "c", "d", "e"], truth, "other.tsv"))
@@ -395,3 +396,45 @@ def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, c
     state.mkdir()
     (state / "last.ckpt").write_bytes(b"")
     assert resume_point(0, state, resume=False) is None and not state.exists()  # results.resume=false
+
+
+def test_the_trainer_configs_lightning_flags_reach_the_trainer_as_they_are(tmp_path):
+    from klue_tc.config import TrainerConfig
+    from klue_tc.training import lightning_flags, make_trainer
+
+    cfg = TrainerConfig(max_epochs=3, accelerator="cpu", gradient_clip_val=0.5, limit_train_batches=2)
+    # klue_tc's own keys (patience, compile, the bar) are not Lightning's; the precision is the job's device's
+    assert set(lightning_flags(cfg)) == {
+        "max_epochs",
+        "accelerator",
+        "devices",
+        "strategy",
+        "gradient_clip_val",
+        "log_every_n_steps",
+        "fast_dev_run",
+        "limit_train_batches",
+        "deterministic",
+    }
+    trainer = make_trainer(cfg, "32-true", tmp_path, None, [])
+    assert (trainer.max_epochs, trainer.gradient_clip_val, trainer.limit_train_batches) == (3, 0.5, 2)
+    assert trainer.log_every_n_steps == cfg.log_every_n_steps
+
+
+@pytest.mark.parametrize("sweeper", ["basic", "optuna"])
+def test_a_diverged_configuration_is_nan_and_a_failed_trial_under_optuna(tmp_path, sweeper):
+    from jobs import compose_job
+    from klue_tc.objective import sweeper_value
+    from klue_tc.records import Describe, FoldResult, RunResult
+
+    compose_job(["hparams_search=optuna"] if sweeper == "optuna" else [], tmp_path / "run")
+    fold = FoldResult(
+        fold=0, f1=float("nan"), accuracy=float("nan"), best_epoch=1, epochs_run=1, train_samples_per_s=1.0,
+        time_to_first_step_s=0.0, train_seconds=1.0, train_size=10, val_size=5, checkpoint=None,
+        tokenizer_dir="tokenizer", diverged="loss nan at step 3",
+    )  # fmt: skip
+    result = RunResult(Describe("e", "transformer", "post", 2, "cls", "sentencepiece"), "key", None, 2, [fold])
+    if sweeper == "optuna":
+        with pytest.raises(FloatingPointError, match="the trial is recorded as failed"):
+            sweeper_value(result)
+    else:
+        assert math.isnan(sweeper_value(result))

@@ -82,13 +82,22 @@ def test_the_fingerprint_covers_the_training_code_and_nothing_else(package_copy:
     assert fingerprint_of(package_copy) != before  # one line of model code: other numbers
 
 
+def test_a_type_only_import_is_not_followed_into_the_fingerprint(package_copy: Path):
+    """The job context names the results store's type for annotations: the store is no training code."""
+    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
+    assert "job_context.py" in names and not names & {"results.py", "preflight.py", "job_setup.py"}
+    edit(package_copy / "job_context.py", "if TYPE_CHECKING:", "if True:")
+    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
+    assert {"results.py", "preflight.py"} <= names
+
+
 def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path, tiny_tsv, monkeypatch, caplog):
-    from klue_tc import run as run_module
+    from klue_tc import job_setup
 
     run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "first")
     first = json.loads((tmp_path / "first" / "metrics.json").read_text())
     other_code = CodeVersion("0123456789ab", fingerprint.library_versions())
-    monkeypatch.setattr(run_module, "code_version", lambda: other_code)
+    monkeypatch.setattr(job_setup, "code_version", lambda: other_code)
 
     with caplog.at_level("INFO"):
         run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "second")
@@ -96,7 +105,7 @@ def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path,
     second = json.loads((tmp_path / "second" / "metrics.json").read_text())
     assert second["folds"][0]["code"]["fingerprint"] == "0123456789ab" and not second["reused_folds"]
 
-    monkeypatch.setattr(run_module, "code_version", lambda: CodeVersion("fedcba987654", {}))
+    monkeypatch.setattr(job_setup, "code_version", lambda: CodeVersion("fedcba987654", {}))
     caplog.clear()
     with caplog.at_level("INFO"):
         run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0", "results.reuse=any"), tmp_path / "third")

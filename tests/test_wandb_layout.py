@@ -90,8 +90,8 @@ def test_an_interrupted_fold_finishes_its_wandb_run_as_failed_under_its_own_name
 
 
 def test_a_sweep_has_a_group_and_an_aggregate_run_per_configuration_beside_its_report_run(tmp_path, fake_wandb):
+    from klue_tc.job_setup import wandb_group
     from klue_tc.report.sweep_callback import SweepReportCallback
-    from klue_tc.run import wandb_group
 
     cfg = compose_job(["+experiment=transformer", "sweep=smoke"], tmp_path / "job")
     assert wandb_group(validate(cfg), "abc123") == "smoke-transformer-abc123"

@@ -14,24 +14,18 @@ log = logging.getLogger(__name__)
 
 class SweepReportCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from klue_tc.report.wandb_run import wandb_settings
         from klue_tc.report.write import write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if config.logger.name == "wandb":
-            from klue_tc.config import WandbConfig
-            from klue_tc.run import log_sweep_aggregates
+        to_wandb, settings = config.logger.name == "wandb", None
+        if to_wandb:
+            from klue_tc.loggers import log_sweep_aggregates
 
-            fields = WandbConfig.__dataclass_fields__
-            log_sweep_aggregates(
-                sweep_dir, WandbConfig(**{k: v for k, v in config.logger.wandb.items() if k in fields})
-            )
+            settings = wandb_settings(config.logger.wandb)  # the sweep's logger.wandb node, typed by its schema
+            log_sweep_aggregates(sweep_dir, settings)
         try:
-            write_report(
-                sweep_dir,
-                log_to_wandb=config.logger.name == "wandb",
-                wandb_cfg=config.logger.wandb,  # typed by the schema: WandbConfig's keys
-                group=config.sweep or config.experiment,
-            )
+            write_report(sweep_dir, log_to_wandb=to_wandb, wandb_cfg=settings, group=config.sweep or config.experiment)
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
             return
