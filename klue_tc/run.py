@@ -140,11 +140,6 @@ def results_key(run: RunConfig, inputs: JobInputs, sources: PretrainSources | No
     )
 
 
-def pretrained_root(run: RunConfig) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root(run).parent / "pretrained"
-
-
 def find_finished(store: ResultsStore, key: str, wanted: list[int], run: RunConfig, code) -> tuple[dict, list[int]]:
     """The folds already finished (records of this code, or of any with results.reuse=any), and
     which of them came from other code."""
@@ -217,7 +212,7 @@ def train_folds(
         for k in to_train:
             pretrained = None
             if sources is not None:
-                pretrained = pretrain_for_fold(run, sources, inputs, splits[k][1], cache, run_dir, group)
+                pretrained = pretrain_for_fold(run, sources, inputs, splits[k][1], cache, run_dir, group, store.root)
             prepared = prepare_fold(run, inputs.train, *splits[k], cache, pretrained)
             logger = make_logger(
                 run.logger,
@@ -262,18 +257,26 @@ def train_folds(
 
 
 def pretrain_for_fold(
-    run: RunConfig, sources: PretrainSources, inputs: JobInputs, held_out, cache, run_dir: Path, group: str
+    run: RunConfig,
+    sources: PretrainSources,
+    inputs: JobInputs,
+    held_out,
+    cache,
+    run_dir: Path,
+    group: str,
+    results_store_root: Path,
 ):
     """The fold's pretrained encoder: found in the store, or pretrained now, with its own progress
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import PretrainedStore, ensure_pretrained, pretrained_key
+    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key, store_root
     from klue_tc.progress import PretrainLine
 
     corpus = fold_corpus(run, sources, inputs.train, held_out)
-    store, key = PretrainedStore(pretrained_root(run)), pretrained_key(run, corpus, inputs.tokenizer_identity)
-    line, wandb_run = PretrainLine(), None
+    store = PretrainedStore(store_root(run, results_store_root))
+    key = pretrained_key(run, corpus, inputs.tokenizer_identity)
+    line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
         wandb_run = open_wandb_run(
@@ -283,7 +286,7 @@ def pretrain_for_fold(
     def on_step(step: int, total: int, loss) -> None:
         line(step, total, loss)
         if wandb_run is not None and (step % run.trainer.log_every_n_steps == 0 or step == total):
-            wandb_run.log({"pretrain/mlm_loss": float(loss)}, step=step)
+            wandb_run.log({f"pretrain/{run.pretrain.objective}_loss": float(loss)}, step=step)
 
     try:
         return ensure_pretrained(run, corpus, store, cache, inputs.tokenizer_identity, on_step)
