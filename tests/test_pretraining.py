@@ -288,9 +288,14 @@ class Killed(Exception):
     pass
 
 
-def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog):
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog, objective):
     run, corpus = tiny_pretraining(
-        tmp_path, "+experiment=transformer", "pretrain.max_steps=6", "pretrain.save_every_steps=2"
+        tmp_path,
+        "+experiment=transformer",
+        f"pretrain={objective}",
+        "pretrain.max_steps=6",
+        "pretrain.save_every_steps=2",
     )
     tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
     encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))

@@ -76,8 +76,8 @@ def build_generator(encoder: Encoder, encoder_cfg: EncoderConfig, cfg: ElectraCo
 def sample_tokens(scores: torch.Tensor, never: tuple[int, ...], rng: torch.Generator) -> torch.Tensor:
     """One token per row drawn from softmax(scores) (Gumbel-max, so `rng` alone decides it); the
     `never` ids (padding, [CLS], [SEP], [MASK]) are never drawn: they would reframe the title."""
-    scores = scores.detach().float()
-    scores[:, list(never)] = float("-inf")
+    never_ids = torch.tensor(never, device=scores.device)
+    scores = scores.detach().float().index_fill(1, never_ids, float("-inf"))  # a copy: the loss's scores stay
     uniform = torch.rand(scores.shape, generator=rng, device=scores.device).clamp_(min=1e-9, max=1 - 1e-7)
     return (scores - torch.log(-torch.log(uniform))).argmax(dim=-1)
 
