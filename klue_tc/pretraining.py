@@ -1,10 +1,10 @@
 """Self-pretraining: the encoder learns from unlabelled titles before a fold fine-tunes it.
 
 corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> masked-LM (or ELECTRA replaced-token
-detection) steps -> the encoder's weights and
-the tokenizer in a store beside the results store, keyed by everything that changes them, so every
-fold and configuration that shares the key finds them, and a second job trains nothing. A plain
-loop rather than Lightning: it resumes from the last saved step, not the last finished epoch.
+detection) steps -> the encoder's weights and the tokenizer in a store beside the results store,
+keyed by everything that changes them, so every fold and configuration that shares the key finds
+them, and a second job trains nothing. A plain loop rather than Lightning: it resumes from the last
+saved step, not the last finished epoch.
 """
 
 from __future__ import annotations
