@@ -29,8 +29,17 @@ def outside_results_key(default: Any = dataclasses.MISSING, **kwargs) -> Any:
     return field(default=default, metadata={RESULTS_KEY: False}, **kwargs)
 
 
-def in_results_key(item: Any) -> bool:
-    return item.metadata.get(RESULTS_KEY, True)
+def keyed_only_when(default_factory: Any, **condition: Any) -> Any:
+    """A field in the results key only while its section's other fields are as `condition` says
+    (pretrain.electra: with objective electra), so that adding it left every other key as it was."""
+    return field(default_factory=default_factory, metadata={RESULTS_KEY: condition})
+
+
+def in_results_key(item: Any, section: Any = None) -> bool:
+    keyed = item.metadata.get(RESULTS_KEY, True)
+    if isinstance(keyed, dict):
+        return all(getattr(section, name) == value for name, value in keyed.items())
+    return keyed
 
 
 class _Choice(str, Enum):
@@ -346,7 +355,34 @@ class ResultsConfig:
         return [one_of("results.reuse", self.reuse, ("same_code", "any"))]
 
 
-PRETRAIN_OBJECTIVES = ("none", "mlm")
+PRETRAIN_OBJECTIVES = ("none", "mlm", "electra")
+
+
+@dataclass
+class ElectraConfig:
+    """ELECTRA's replaced-token detection (Clark et al. 2020): a small masked-LM generator fills the
+    picked positions by sampling, and the encoder learns to tell, at every token, whether it was
+    replaced. The generator is a Transformer sharing the encoder's token embeddings; only the
+    encoder is kept."""
+
+    generator_layers: int = 1
+    # The generator's width as a share of encoder.d_model (ELECTRA: 1/4 to 1/2 works best; a
+    # generator as strong as the discriminator leaves it too hard a task).
+    generator_size: float = 0.25
+    discriminator_weight: float = 50.0  # lambda: generator MLM loss + lambda x replaced-token BCE
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("pretrain.electra.generator_layers", self.generator_layers, 1),
+            (
+                0.0 < self.generator_size <= 1.0,
+                f"pretrain.electra.generator_size must be in (0, 1], got {self.generator_size}",
+            ),
+            (
+                self.discriminator_weight > 0,
+                f"pretrain.electra.discriminator_weight must be > 0, got {self.discriminator_weight}",
+            ),
+        ]
 
 
 @dataclass
@@ -354,7 +390,9 @@ class PretrainConfig:
     """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py).
     With `none` the section is left out of the results key, so records made before it existed count."""
 
-    objective: str = "none"  # none | mlm (masked-language modelling, BERT's 80/10/10)
+    # none | mlm (masked-language modelling, BERT's 80/10/10) | electra (replaced-token detection,
+    # with a generator that fills the positions masked as for mlm)
+    objective: str = "none"
     epochs: int = 8  # passes over the corpus
     max_steps: Optional[int] = None  # stop after this many optimiser steps instead (null: all epochs)
     mask_p: float = 0.15  # share of the real tokens picked as targets
@@ -376,10 +414,18 @@ class PretrainConfig:
     include_scored_titles: bool = False
     dir: Optional[str] = outside_results_key(None)  # null: `pretrained` beside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
+    # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
+    electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
 
     def checks(self) -> list[Check]:
         return [
             one_of("pretrain.objective", self.objective, PRETRAIN_OBJECTIVES),
+            (
+                self.objective == "electra" or self.electra == ElectraConfig(),
+                f"pretrain.electra.* are settings of pretrain=electra; with pretrain={self.objective} they "
+                "would change nothing",
+            ),
+            *self.electra.checks(),
             at_least("pretrain.epochs", self.epochs, 1),
             (
                 self.max_steps is None or self.max_steps > 0,
@@ -520,7 +566,7 @@ def register_schemas() -> None:
 def keyed_settings(config: Any) -> Any:
     """The settings that can change a trained model's numbers, as plain values (for hashing)."""
     if is_dataclass(config):
-        return {f.name: keyed_settings(getattr(config, f.name)) for f in fields(config) if in_results_key(f)}
+        return {f.name: keyed_settings(getattr(config, f.name)) for f in fields(config) if in_results_key(f, config)}
     if isinstance(config, (list, tuple)):
         return [keyed_settings(v) for v in config]
     if isinstance(config, dict):

@@ -1,6 +1,6 @@
 """One fold on several devices. Lightning's DDP starts the other ranks by running `python -m
 klue_tc` again; those train the folds rank 0 names in the environment they inherit, and leave the
-results store, its locks, the records, metrics.json and W&B to rank 0."""
+results store, its locks, the records, metrics.json, W&B and pretraining to rank 0."""
 
 from __future__ import annotations
 
@@ -63,13 +63,30 @@ def wait_for_tokenizer(cache_root: Path, key: str) -> None:
         time.sleep(0.5)
 
 
+PRETRAINED_POLL_S = 1.0
+
+
+def wait_for_pretrained(store, key: str):
+    """The encoder rank 0 pretrains (or finds) for a fold, once it is in the store: the other ranks
+    never pretrain, and start from the same weights and tokenizer. Pretraining has no time bound,
+    so the wait has none either; it ends if rank 0, the process that started this one, is gone."""
+    parent = os.getppid()
+    while (found := store.find(key)) is None:
+        if os.getppid() != parent:
+            raise RuntimeError(f"rank 0 ended before it stored the pretrained encoder {key} in {store.root}")
+        time.sleep(PRETRAINED_POLL_S)
+    return found
+
+
 def run_other_rank() -> int:
     """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
     from klue_tc.config import validate
+    from klue_tc.corpus import fold_corpus, gather_sources
     from klue_tc.data import stratified_folds
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
+    from klue_tc.pretraining import PretrainedStore, pretrained_key, store_root
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
@@ -77,6 +94,7 @@ def run_other_rank() -> int:
     from klue_tc.training import prepare_fold, train_fold
 
     logging.basicConfig(level=logging.WARNING, format=f"rank {os.environ['LOCAL_RANK']}: %(levelname)s: %(message)s")
+    log.setLevel(logging.INFO)  # this module's few lines say what the rank trains from
     plan = json.loads(os.environ[PLAN_ENV])
     run, run_dir = validate(plan["config"]), Path(plan["run_dir"])
     inputs = check_inputs(run, run_dir, Path(plan["results_root"]))
@@ -84,10 +102,20 @@ def run_other_rank() -> int:
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
     job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
     splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
+    pretraining = run.pretrain.objective != "none"
+    sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
+    pretrained_store = PretrainedStore(store_root(run, Path(plan["results_root"])))
     for k in plan["folds"]:
         train_idx, val_idx = splits[k]
-        wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, inputs.train.subset(train_idx).fingerprint()))
-        prepared = prepare_fold(run, inputs.train, train_idx, val_idx, cache)
+        pretrained = None
+        if pretraining:
+            corpus = fold_corpus(run, sources, inputs.train, val_idx)
+            key = pretrained_key(run, job.device, corpus, inputs.tokenizer_identity)
+            pretrained = wait_for_pretrained(pretrained_store, key)
+            log.info("fold %d starts from the pretrained encoder %s", k, pretrained.key)
+        else:
+            wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, inputs.train.subset(train_idx).fingerprint()))
+        prepared = prepare_fold(run, inputs.train, train_idx, val_idx, cache, pretrained)
         job.clock.restart()
-        train_fold(job, k, prepared)
+        train_fold(job, k, prepared, pretrained=pretrained)
     return 0

@@ -90,11 +90,6 @@ def results_root(run: RunConfig) -> Path:
     return Path("outputs/results")
 
 
-def pretrained_root(run: RunConfig) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root(run).parent / "pretrained"
-
-
 def standalone_job(
     run: RunConfig, train: LabelledTitles, run_dir: Path, store_root: Path, clock: Optional[FirstStepClock] = None
 ) -> JobContext:

@@ -1,9 +1,10 @@
 """Self-pretraining: the encoder learns from unlabelled titles before a fold fine-tunes it.
 
-corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> masked-LM steps -> the encoder's weights and
-the tokenizer in a store beside the results store, keyed by everything that changes them, so every
-fold and configuration that shares the key finds them, and a second job trains nothing. A plain
-loop rather than Lightning: it resumes from the last saved step, not the last finished epoch.
+corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> masked-LM (or ELECTRA replaced-token
+detection) steps -> the encoder's weights and the tokenizer in a store beside the results store,
+keyed by everything that changes them, so every fold and configuration that shares the key finds
+them, and a second job trains nothing. A plain loop rather than Lightning: it resumes from the last
+saved step, not the last finished epoch.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from klue_tc.hardware import Device
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
 from klue_tc.models.masked_lm import MaskedLMHead
+from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
 from klue_tc.module import TopicClassifierModule, _any_of, corrupt_picked, lr_lambda, pick_tokens, warmup_steps
 from klue_tc.tokenizers import EncodedTitles, SpecialIds, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
@@ -45,6 +47,8 @@ BETAS = (0.9, 0.98)  # RoBERTa's: steadier than BERT's 0.999 with large batches 
 CLIP_NORM = 1.0
 MIN_WARMUP_STEPS = 8
 BUCKET_MULTIPLIER = 50
+# What the progress line calls each objective's loss (ELECTRA's: generator MLM + lambda x detection BCE).
+LOSS_NAMES = {"mlm": "MLM loss", "electra": "ELECTRA loss"}
 StepHook = Callable[[int, int, torch.Tensor], None]  # (step done, total steps, loss) after each step
 
 
@@ -98,7 +102,11 @@ class MaskedLanguageModel(nn.Module):
         self.encoder, self.pad_id = encoder, pad_id
         self.head = MaskedLMHead(encoder.embeddings.tokens.embedding_dim, vocab_size)
 
-    def forward(self, shown: torch.Tensor, original: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, shown: torch.Tensor, original: torch.Tensor, picked: torch.Tensor, rng: Optional[torch.Generator] = None
+    ) -> torch.Tensor:
+        """The masked-LM loss; `rng` is unused (the masked LM draws nothing), taken as
+        ReplacedTokenDetection takes it so that one loop drives both."""
         states = self.encoder(shown, shown.eq(self.pad_id)).flatten(0, 1)
         where = picked.flatten()
         targets = original.flatten().masked_fill(~where, -100)
@@ -112,6 +120,21 @@ def new_masked_lm(run: RunConfig, tokenizer: Tokenizer) -> MaskedLanguageModel:
     """The encoder initialised exactly as a from-scratch classifier's (its parameters come first)."""
     classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
     return MaskedLanguageModel(classifier.encoder, tokenizer.vocab_size, tokenizer.specials.pad)
+
+
+def new_replaced_token_detector(run: RunConfig, tokenizer: Tokenizer) -> ReplacedTokenDetection:
+    """The encoder initialised exactly as a from-scratch classifier's, then ELECTRA's generator."""
+    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
+    return ReplacedTokenDetection(
+        classifier.encoder, run.encoder, run.pretrain.electra, tokenizer.vocab_size, tokenizer.specials
+    )
+
+
+def new_pretraining_model(run: RunConfig, tokenizer: Tokenizer) -> nn.Module:
+    """The objective's model around the classifier's encoder (at `.encoder`, the part that is kept)."""
+    if run.pretrain.objective == "electra":
+        return new_replaced_token_detector(run, tokenizer)
+    return new_masked_lm(run, tokenizer)
 
 
 def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
@@ -131,6 +154,11 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
         "code": asdict(code_version()),
     }
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def store_root(run: RunConfig, results_root: Path) -> Path:
+    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
+    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root.parent / "pretrained"
 
 
 class PretrainedStore:
@@ -203,7 +231,14 @@ def _train_and_store(
     }
     atomic_write_json(folder / META_FILE, meta)
     (folder / STATE_FILE).unlink(missing_ok=True)
-    log.info("pretrained encoder %s: %d steps, final MLM loss %.3f, stored in %s", key, steps, loss, folder)
+    log.info(
+        "pretrained encoder %s: %d %s steps, final loss %.3f, stored in %s",
+        key,
+        steps,
+        run.pretrain.objective,
+        loss,
+        folder,
+    )
     return PretrainedEncoder(key, folder, tokenizer, tok_key, meta)
 
 
@@ -234,14 +269,15 @@ def pretrain_encoder(
     state_path: Path,
     on_step: Optional[StepHook] = None,
 ) -> tuple[dict, int, float]:
-    """Masked-LM steps over `encoded`; the resumable state is written to `state_path` every
-    `pretrain.save_every_steps` steps, and a run that finds one there goes on from it.
+    """Steps of the objective (masked LM or ELECTRA) over `encoded`; the resumable state is written
+    to `state_path` every `pretrain.save_every_steps` steps, and a run that finds one there goes on
+    from it.
     Returns the encoder's state dict (on the CPU), the steps taken and the last loss."""
     cfg = run.pretrain
     bf16 = "bf16" in device.precision
     on = device.torch_device
     torch.manual_seed(run.seed)
-    model = new_masked_lm(run, tokenizer).to(on)
+    model = new_pretraining_model(run, tokenizer).to(on)
     optimizer = _optimizer(model, run)
     per_epoch, total = total_steps(run, len(encoded))
     warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
@@ -267,7 +303,7 @@ def pretrain_encoder(
                 picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
             shown = corrupt_picked(original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator)
             with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = model(shown, original, picked)
+                loss = model(shown, original, picked, generator)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)

@@ -88,11 +88,12 @@ class EpochLine(L.Callback):
 
 
 class PretrainLine:
-    """The pretraining's own line: step k/N, the masked-LM loss, elapsed and ETA, every
+    """The pretraining's own line: step k/N, the objective's loss, elapsed and ETA, every
     `every_s` seconds and at the last step (reading the loss waits for the device: not every step)."""
 
-    def __init__(self, every_s: float = 30.0):
+    def __init__(self, every_s: float = 30.0, loss_name: str = "MLM loss"):
         self.every_s, self.started, self.last = every_s, time.monotonic(), float("-inf")
+        self.loss_name = loss_name
         self.first_step: int | None = None
 
     def __call__(self, step: int, total: int, loss) -> None:
@@ -105,9 +106,10 @@ class PretrainLine:
         elapsed = now - self.started
         rate = (step - self.first_step) / max(elapsed, 1e-9)
         log.info(
-            "pretraining step %d/%d: MLM loss %.3f | elapsed %s, ETA %s",
+            "pretraining step %d/%d: %s %.3f | elapsed %s, ETA %s",
             step,
             total,
+            self.loss_name,
             float(loss),
             duration(elapsed),
             duration((total - step) / rate if rate > 0 else 0.0),

@@ -24,7 +24,7 @@ from klue_tc.data import stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.job_context import FirstStepClock, JobContext
-from klue_tc.job_setup import pretrained_root, resolve_job, results_root
+from klue_tc.job_setup import resolve_job, results_root
 from klue_tc.preflight import check_inputs
 from klue_tc.records import FoldResult, RunResult, RunValidation
 from klue_tc.redaction import redact, redact_files, redact_logs
@@ -208,13 +208,14 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import PretrainedStore, ensure_pretrained, pretrained_key
+    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key, store_root
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    store, key = PretrainedStore(pretrained_root(run)), pretrained_key(run, job.device, corpus, identity)
-    line, wandb_run = PretrainLine(), None
+    store = PretrainedStore(store_root(run, job.store.root))
+    key = pretrained_key(run, job.device, corpus, identity)
+    line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
         name = f"{run.experiment}-pretrain-{key}"
@@ -223,7 +224,7 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     def on_step(step: int, total: int, loss) -> None:
         line(step, total, loss)
         if wandb_run is not None and (step % run.trainer.log_every_n_steps == 0 or step == total):
-            wandb_run.log({"pretrain/mlm_loss": float(loss)}, step=step)
+            wandb_run.log({f"pretrain/{run.pretrain.objective}_loss": float(loss)}, step=step)
 
     try:
         return ensure_pretrained(run, job.device, corpus, store, cache, identity, on_step)

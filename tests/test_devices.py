@@ -56,3 +56,39 @@ def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
     # Only rank 0 writes: one record in the store, one run directory.
     assert [p.name for p in (tmp_path / "results").glob("*/fold*.json")] == ["fold0.json"]
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_two_cpu_devices_pretrain_once_on_rank_0_and_both_ranks_start_from_its_encoder(tmp_path, headlines_tsv):
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        [
+            "+experiment=transformer",
+            f"data.path={headlines_tsv}",
+            "cv.folds=2",
+            "cv.fold=0",
+            "trainer.max_epochs=1",
+            "encoder.layers=1",
+            "logger=none",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+            "pretrain=mlm",
+            "pretrain.max_steps=3",
+            "pretrain.batch_size=16",
+            f"results.dir={tmp_path / 'results'}",
+            f"hydra.run.dir={run_dir}",
+            *TINY_MODEL,
+        ],
+        cwd=tmp_path,
+        timeout=420,  # before the other rank waited for rank 0's encoder, it waited for a tokenizer never fitted
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout + done.stderr
+    assert out.count("pretraining step 3/3") == 1  # one rank pretrains, once
+    [stored] = (tmp_path / "pretrained").iterdir()
+    [fold] = json.loads((run_dir / "metrics.json").read_text())["folds"]
+    assert fold["device"].endswith(" x2") and fold["pretrained"]["key"] == stored.name
+    # The other rank fine-tunes from the same stored encoder (and its tokenizer), not one of its own.
+    assert f"rank 1: INFO: fold 0 starts from the pretrained encoder {stored.name}" in out
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1

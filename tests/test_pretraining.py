@@ -1,5 +1,6 @@
-"""Self-pretraining: its config keeps old results keys, the masked-LM objective, the corpus that
-never holds a scored title, the store that trains a key once and resumes it, and fine-tuning from it."""
+"""Self-pretraining: its config keeps old results keys, the masked-LM and ELECTRA objectives, the
+corpus that never holds a scored title, the store that trains a key once and resumes it, and
+fine-tuning from it."""
 
 import json
 import logging
@@ -14,11 +15,17 @@ import torch
 from conftest import SHARED_KOBERT, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_in_process
 from klue_tc import pretraining
-from klue_tc.config import validate
+from klue_tc.config import keyed_settings, validate
 from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
 from klue_tc.data import LabelledTitles, read_unlabelled_file
 from klue_tc.errors import ConfigError, DataError
 from klue_tc.hardware import Device
+from klue_tc.models.replaced_token_detection import (
+    ReplacedTokenDetection,
+    generator_config,
+    replaced_token_labels,
+    sample_tokens,
+)
 from klue_tc.module import MLM_ROW_BUCKET, TopicClassifierModule, corrupt_picked, pick_tokens
 from klue_tc.pretraining import (
     MaskedLanguageModel,
@@ -26,6 +33,7 @@ from klue_tc.pretraining import (
     ensure_pretrained,
     load_pretrained_encoder,
     new_masked_lm,
+    new_replaced_token_detector,
     pick_whole_words,
     pretrain_encoder,
     word_start_table,
@@ -61,6 +69,40 @@ def test_pretrain_none_keeps_the_results_key_and_mlm_changes_it(tmp_path, experi
     assert config_hash(unused, "data", "32-true") == config_hash(default, "data", "32-true")
     mlm = validate(compose_job([*job, "pretrain=mlm"], tmp_path / "c"))
     assert config_hash(mlm, "data", "32-true") != config_hash(default, "data", "32-true")
+
+
+@pytest.mark.parametrize(
+    "experiment, key", [("transformer", "5954c1bfd4af"), ("trans_blstm", "bce0c8695d41"), ("cnn", "025463d507a6")]
+)
+def test_electra_settings_leave_the_keys_of_mlm_jobs_as_they_were(tmp_path, experiment, key):
+    """The keys of pretrain=mlm jobs made before pretrain=electra existed (as the committed study's
+    records have them); electra's own settings are in electra's key only, and each moves it."""
+    job = [f"+experiment={experiment}", "data.limit=10000", "cv.folds=3"]
+    mlm = validate(compose_job([*job, "pretrain=mlm"], tmp_path / "a"))
+    assert config_hash(mlm, "data", "32-true", None, "corpus") == key
+    assert "electra" not in keyed_settings(mlm.pretrain)
+    electra = validate(compose_job([*job, "pretrain=electra"], tmp_path / "b"))
+    assert config_hash(electra, "data", "32-true", None, "corpus") != key
+    hashes = {config_hash(electra, "data", "32-true", None, "corpus")}
+    for setting in ("generator_layers=2", "generator_size=0.5", "discriminator_weight=20"):
+        other = validate(compose_job([*job, "pretrain=electra", f"pretrain.electra.{setting}"], tmp_path / "c"))
+        hashes.add(config_hash(other, "data", "32-true", None, "corpus"))
+    assert len(hashes) == 4
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["pretrain=electra", "pretrain.electra.generator_size=0"], "pretrain.electra.generator_size must be in"),
+        (["pretrain=electra", "pretrain.electra.generator_layers=0"], "pretrain.electra.generator_layers must be >="),
+        (["pretrain=electra", "pretrain.electra.discriminator_weight=-1"], "discriminator_weight must be > 0"),
+        (["pretrain=mlm", "pretrain.electra.generator_layers=2"], "are settings of pretrain=electra"),
+    ],
+)
+def test_a_bad_electra_value_is_one_line(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message) as raised:
+        run_config(tmp_path, "+experiment=transformer", *overrides)
+    assert "\n" not in str(raised.value)
 
 
 def test_a_bad_pretrain_value_is_one_line(tmp_path):
@@ -250,9 +292,14 @@ class Killed(Exception):
     pass
 
 
-def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog):
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog, objective):
     run, corpus = tiny_pretraining(
-        tmp_path, "+experiment=transformer", "pretrain.max_steps=6", "pretrain.save_every_steps=2"
+        tmp_path,
+        "+experiment=transformer",
+        f"pretrain={objective}",
+        "pretrain.max_steps=6",
+        "pretrain.save_every_steps=2",
     )
     tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
     encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
@@ -391,3 +438,95 @@ def test_the_command_line_pretrains_then_fine_tunes_and_logs_pretraining_as_its_
     payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
     pretrain_runs = [p for p in payloads if b"pretrain/mlm_loss" in p]
     assert len(pretrain_runs) == 1 and f"trans_blstm-{fold['config_hash']}".encode() in pretrain_runs[0]
+
+
+def test_a_sample_equal_to_the_original_token_counts_as_original():
+    """ELECTRA's labels: replaced where the discriminator's input differs from the original, so a
+    picked position whose sample is the original token is labelled original."""
+    original = torch.tensor([[2, 10, 11, 12, 3, 0], [2, 20, 21, 3, 0, 0]])
+    picked = torch.tensor([[0, 1, 0, 1, 0, 0], [0, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    sampled = torch.tensor([10, 99, 77, 21])  # in row order: same, other, other, same
+    shown, replaced = replaced_token_labels(original, picked, sampled)
+    assert shown.tolist() == [[2, 10, 11, 99, 3, 0], [2, 77, 21, 3, 0, 0]]
+    assert replaced.tolist() == [[False, False, False, True, False, False], [False, True, False, False, False, False]]
+
+
+def test_the_generator_never_samples_a_special_token_and_follows_its_scores():
+    scores = torch.zeros(4000, 8)
+    scores[:, 0] = scores[:, 2] = 50.0  # padding and [CLS] would win every draw if allowed
+    scores[:, 6] = 1.0
+    drawn = sample_tokens(scores, (0, 2, 3, 4), torch.Generator().manual_seed(0))
+    assert not np.isin(drawn.numpy(), [0, 2, 3, 4]).any()
+    share_of_6 = drawn.eq(6).float().mean().item()  # e / (e + 3) among ids 1, 5, 6, 7
+    assert share_of_6 == pytest.approx(np.e / (np.e + 3), abs=0.03)
+
+
+def test_the_generator_is_a_narrow_transformer_on_the_encoders_token_embedding(tmp_path):
+    run = run_config(tmp_path, "+experiment=trans_blstm", "pretrain=electra", "encoder.d_model=64", "encoder.heads=4")
+    config = generator_config(run.encoder, run.pretrain.electra)
+    assert (config.name, config.layers, config.d_model, config.heads) == ("transformer", 1, 16, 1)
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=10)])
+    torch.manual_seed(run.seed)
+    model = new_replaced_token_detector(run, tokenizer)
+    assert isinstance(model, ReplacedTokenDetection)
+    embedding = model.encoder.embeddings.tokens.weight
+    assert not any(p is embedding for p in model.generator.parameters())  # read, not held twice
+    shown = titles_as_ids(4, 10, tokenizer.vocab_size)
+    picked = pick_tokens(shown, tokenizer.specials, 0.3, 0, torch.Generator().manual_seed(0))
+    model(shown, shown, picked, torch.Generator().manual_seed(0)).backward()
+    assert embedding.grad is not None and embedding.grad.abs().sum() > 0
+    # The encoder starts where a from-scratch classifier's would, as with the masked LM.
+    torch.manual_seed(run.seed)
+    masked_lm_encoder = new_masked_lm(run, tokenizer).encoder.state_dict()
+    for name, tensor in model.encoder.state_dict().items():
+        assert torch.equal(tensor, masked_lm_encoder[name]), name
+
+
+def test_the_electra_loss_is_the_generators_plus_lambda_times_the_detection_loss(tmp_path, monkeypatch):
+    run = run_config(tmp_path, "+experiment=transformer", "pretrain=electra", "pretrain.electra.discriminator_weight=7")
+    tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=10)])
+    model = new_replaced_token_detector(run, tokenizer).eval()
+    ids = titles_as_ids(6, 12, tokenizer.vocab_size)
+    picked = pick_tokens(ids, tokenizer.specials, 0.3, 0, torch.Generator().manual_seed(1))
+    detections = []
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+
+    def spy(logits, labels):
+        detections.append((logits.detach(), labels))
+        return bce(logits, labels)
+
+    monkeypatch.setattr("klue_tc.models.replaced_token_detection.F.binary_cross_entropy_with_logits", spy)
+    loss = model(ids, ids, picked, torch.Generator().manual_seed(2))
+    [(logits, labels)] = detections
+    assert len(logits) == ids.ne(SPECIALS.cls).logical_and(ids.ne(SPECIALS.sep)).sum()  # every real token
+    assert labels.sum() <= picked.sum()  # only picked positions can be replaced
+    states = model.generator(ids, ids.eq(tokenizer.specials.pad))
+    scores = model.generator_head(states[picked], model.encoder.embeddings.tokens.weight)
+    generator_loss = torch.nn.functional.cross_entropy(scores.float(), ids[picked])
+    assert loss.item() == pytest.approx(generator_loss.item() + 7 * bce(logits, labels).item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ENCODERS + ["trans_blstm_parallel_pre"])
+def test_every_encoder_pretrains_with_electra_and_only_its_encoder_is_stored(tmp_path, encoder):
+    extra = ["encoder.ln=pre"] if encoder.endswith("_pre") else []
+    run, corpus = tiny_pretraining(
+        tmp_path, f"+experiment={encoder.removesuffix('_pre')}", *extra, "pretrain=electra", "pretrain.max_steps=3"
+    )
+    losses = []
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    stored = ensure_pretrained(
+        run, CPU, corpus, store, cache, None, lambda step, total, loss: losses.append(float(loss))
+    )
+    assert len(losses) == 3 and all(np.isfinite(losses)) and stored.meta["objective"] == "electra"
+    weights = torch.load(stored.weights, weights_only=True)
+    torch.manual_seed(run.seed)
+    initial = new_replaced_token_detector(run, stored.tokenizer).encoder.state_dict()
+    assert weights.keys() == initial.keys()  # the discriminator's encoder alone: no generator, no detector
+    changed = [name for name in weights if not torch.equal(weights[name], initial[name])]
+    assert any("sublayers.1" in name for name in changed)  # the FFN / BLSTM / conv sublayer learned too
+    module = TopicClassifierModule.from_configs(
+        stored.tokenizer.vocab_size, stored.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
+    )
+    load_pretrained_encoder(module.model, stored)
+    loaded = module.model.encoder.state_dict()
+    assert all(torch.equal(loaded[name], weights[name]) for name in weights)
