@@ -280,7 +280,7 @@ def pretrain_for_fold(
             run.logger.wandb, run_dir, f"{run.experiment}-pretrain-{key}", group, "pretrain", config
         )
 
-    def on_step(step: int, total: int, loss) -> None:
+    def on_step(step: int, total: int, loss, batch) -> None:
         line(step, total, loss)
         if wandb_run is not None and (step % run.trainer.log_every_n_steps == 0 or step == total):
             wandb_run.log({"pretrain/mlm_loss": float(loss)}, step=step)

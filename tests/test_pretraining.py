@@ -255,7 +255,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog)
     whole, steps, _ = pretrain_encoder(run, tokenizer, encoded, tmp_path / "uninterrupted.pt")
     assert steps == 6
 
-    def kill_after_step_3(step, total, loss):
+    def kill_after_step_3(step, total, loss, batch):
         if step == 3:
             raise Killed
 
@@ -266,7 +266,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog)
     taken = []
     with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
         resumed, steps, _ = pretrain_encoder(
-            run, tokenizer, encoded, state, lambda step, total, loss: taken.append(step)
+            run, tokenizer, encoded, state, lambda step, total, loss, batch: taken.append(step)
         )
     assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and steps == 6
     for name, tensor in whole.items():
