@@ -323,25 +323,29 @@ def render(report: dict) -> str:
         )
     ]
     command = (overhead.get("first") or overhead.get("cached") or {}).get("command", "")
-    parts += [
-        "",
-        "### Sweep overhead (time to first training step, from job start as FoldMonitor measures it)",
-        "",
-        markdown_table(("job", "time to first step", "process wall time"), rows),
-        "",
-        f"Before the job's clock starts: interpreter start-up and imports (python, torch, Lightning, Hydra, "
-        f"klue_tc) take {fmt(overhead.get('startup_s'), '.1f', ' s')} in a fresh process. The process wall "
-        f"time also holds 2 training steps, one validation pass over the fold's held-out titles and the "
-        f"metrics write.",
-        "",
-        f"Command (run twice, the same cache dir): `{command}`" if command else "",
-    ]
+    parts += (
+        []
+        if not overhead
+        else [
+            "",
+            "### Sweep overhead (time to first training step, from job start as FoldMonitor measures it)",
+            "",
+            markdown_table(("job", "time to first step", "process wall time"), rows),
+            "",
+            f"Before the job's clock starts: interpreter start-up and imports (python, torch, Lightning, Hydra, "
+            f"klue_tc) take {fmt(overhead.get('startup_s'), '.1f', ' s')} in a fresh process. The process wall "
+            f"time also holds 2 training steps, one validation pass over the fold's held-out titles and the "
+            f"metrics write.",
+            "",
+            f"Command (run twice, the same cache dir): `{command}`" if command else "",
+        ]
+    )
     if "projection" in report:
         parts += ["", *projection_lines(report)]
     checks = target_checks(report["results"], overhead, s.get("clock", "wall"))
     parts += [
         "",
-        "### Targets (issue 6)",
+        "### Targets (issue 6; pretraining: issue 43)",
         "",
         markdown_table(
             ("target", "met", "measured"),
