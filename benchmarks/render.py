@@ -380,8 +380,14 @@ def pretrain_lines(report: dict) -> list[str]:
         "GFLOP/s: FLOPs of the timed steps (klue_tc.model_size.forward_flops: torch's flop counter plus the "
         "LSTMs' matrix products, on one title of each padded width the steps met, times the titles at it; for "
         "pretraining plus the head's rows), a training step taken as 3x its forward pass, over the same time "
-        "as the titles/s. " + peak_line(report.get("peak"), clock),
+        "as the titles/s. " + peak_line(report.get("peak"), clock) + _peak_rounds(report.get("peak_rounds")),
     ]
+
+
+def _peak_rounds(rounds: Optional[Sequence[Optional[float]]]) -> str:
+    if not rounds or len(rounds) < 2:
+        return ""
+    return " Each round's peak: " + " / ".join(fmt(r, ".1f") for r in rounds) + " GFLOP/s."
 
 
 def projection_lines(report: dict) -> list[str]:
