@@ -21,6 +21,7 @@ from klue_tc.model_size import forward_flops
 
 TRAIN_STEP_FACTOR = 3  # forward, plus a backward of about twice its work
 PEAK_MATMUL_SIZE = 2048
+PEAK_MATMUL_SIZE_GPU = 8192  # a GPU finishes a 2048 product in microseconds: launch and sync would dominate
 PEAK_SECONDS = 3.0
 PEAK_REPETITIONS = 10  # at least: on a busy machine the fastest of a few is still slowed
 

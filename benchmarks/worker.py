@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.constants import LAYERS, REPO_ROOT
-from benchmarks.flops import classifier_step_flops, masked_lm_step_flops, matmul_peak
+from benchmarks.flops import (
+    PEAK_MATMUL_SIZE,
+    PEAK_MATMUL_SIZE_GPU,
+    classifier_step_flops,
+    masked_lm_step_flops,
+    matmul_peak,
+)
 from benchmarks.reference import reference_split
 
 
@@ -290,8 +296,8 @@ def peak_worker(spec: dict) -> dict:
 
     run = compose_run(run_overrides(spec))
     precision = default_precision(run.trainer)
-    device = "cuda" if spec["gpu"] else "cpu"
-    return {"precision": precision, **matmul_peak("bf16" in precision, spec.get("clock", "wall"), device)}
+    device, size = ("cuda", PEAK_MATMUL_SIZE_GPU) if spec["gpu"] else ("cpu", PEAK_MATMUL_SIZE)
+    return {"precision": precision, **matmul_peak("bf16" in precision, spec.get("clock", "wall"), device, size)}
 
 
 def _barrier(directory: Path, count: int, name: str, timeout_s: float = 600) -> None:

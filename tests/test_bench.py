@@ -516,6 +516,7 @@ def test_gpu_phases_run_in_order_and_project_the_sweep(tmp_path, capsys):
     assert said.index("phase 1/3") < said.index("phase 2/3") < said.index("phase 3/3"), said
     assert said.count("done in") == 3 and "paper sweep (150 jobs), one by one:" in said  # cnn: 150 of the 600
     assert report["results"][0]["klue_tc"] and report["results"][0]["notebook"], b.notes
+    assert report["results"][0]["pretrain"]["trained_samples"] > 0 and report["peak"]["gflops_per_s"] > 0
     assert report["concurrency"][2]["speedup"] > 0 and report["projection"]["best_parallel"] == 2
     assert "Paper sweep projection" in bench.render(report)
 
