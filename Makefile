@@ -52,7 +52,7 @@ report: install  ## F1 comparison table for DIR (a run or sweep directory)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=outputs/sweeps/paper"; exit 2; }
 	$(PY) -m klue_tc.report $(DIR) $(ARGS)
 
-bench: install  ## training throughput and F1 against the notebook's design (CPU)
+bench: install  ## training throughput and F1 against the notebook's design, pretraining beside fine-tuning, GFLOP/s (CPU)
 	$(PY) -m benchmarks $(ARGS)
 
 bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder, 2/4/8 jobs at once, the paper sweep's wall time

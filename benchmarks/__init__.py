@@ -9,14 +9,20 @@ turn, as the speed-up over running them one by one; (3) the main job's per-job o
 projected wall time of sweeps/paper.yaml at the best measured concurrency. Each phase prints as it
 goes and starts no run once its budget is spent.
 
-Each encoder (3 layers, the experiments' sizes) is trained three ways on the same titles, each
+Each encoder (3 layers, the experiments' sizes) is trained four ways on the same titles, each
 in a fresh subprocess with the same torch thread count:
 
 - klue_tc: klue_tc's own path (``prepare_fold`` + ``train_fold``), ``data.bucketing=true``;
 - notebook path: the same with ``data.bucketing=false`` (every title padded to the longest
   training title, no buckets: the original notebook's data path);
 - seed_reference: ``../shared/bench/seed_reference.py`` (the notebook's design as a plain torch
-  loop), where it is present and has that architecture.
+  loop), where it is present and has that architecture;
+- pretrain: klue_tc's masked-LM pretraining loop (klue_tc.pretraining) for the same encoder on
+  the same titles, batch, epochs, precision and threads, beside the klue_tc run, as the ratio of
+  their loop titles/s; and both training steps' achieved GFLOP/s (FLOPs counted by
+  klue_tc.model_size) against a large square matrix product's in the same precision and threads.
+
+``--runs`` chooses among klue_tc, pretrain, notebook, reference and overhead (default: all).
 
 The training split is seed_reference's own (a stratified 10% of --data held out with
 random_state=0, then --limit titles sampled from the rest with random_state=0), so all three
@@ -44,12 +50,16 @@ from benchmarks.reference import (
 )
 from benchmarks.render import (
     DASH,
+    PRETRAIN_HEADER,
     TABLE_HEADER,
     TARGET_CACHED_FIRST_STEP_S,
+    TARGET_PRETRAIN_RATIO,
     TARGET_SPEEDUP,
+    efficiency,
     fmt,
     fmt_seconds,
     markdown_table,
+    pretrain_rows,
     print_rich,
     render,
     table_rows,
@@ -75,12 +85,16 @@ __all__ = [
     "sweep_grid",
     "project_sweep",
     "DASH",
+    "PRETRAIN_HEADER",
     "TABLE_HEADER",
     "TARGET_CACHED_FIRST_STEP_S",
+    "TARGET_PRETRAIN_RATIO",
     "TARGET_SPEEDUP",
+    "efficiency",
     "fmt",
     "fmt_seconds",
     "markdown_table",
+    "pretrain_rows",
     "print_rich",
     "render",
     "table_rows",

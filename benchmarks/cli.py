@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.constants import DEFAULT_DATA, ENCODERS
+from benchmarks.constants import DEFAULT_DATA, ENCODERS, RUNS
 from benchmarks.reference import DEFAULT_REFERENCE
 from benchmarks.render import print_rich, render
 from benchmarks.runner import Bench
@@ -83,6 +83,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="time training steps on the wall clock (default; FoldMonitor's figure) or the process CPU "
         "clock (with --threads 1: robust on a shared, busy machine)",
     )
+    p.add_argument(
+        "--runs",
+        default=",".join(RUNS),
+        help="comma-separated runs to make without --gpu (default: %(default)s; the matrix-product peak always)",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -112,6 +117,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [e for e in encoders if e not in ENCODERS]
     if unknown or not encoders:
         fail(f"--encoders: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENCODERS)}")
+    runs = tuple(r.strip() for r in args.runs.split(",") if r.strip())
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown or not runs:
+        fail(f"--runs: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
     if args.limit is None and not args.gpu:
         args.limit = 5000
     for name in ("limit", "epochs", "batch_size", "repeat"):
@@ -153,6 +162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.repeat,
             args.clock,
             args.phase_budget,
+            runs,
         )
         report = bench.measure()
     print_rich(report)

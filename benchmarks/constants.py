@@ -11,3 +11,6 @@ DEFAULT_DATA = (REPO_ROOT / ".." / "shared" / "data" / "klue-ynat-v1.1" / "train
 ENCODERS = tuple(ENCODER_REGISTRY.names())
 LAYERS = 3
 YNAT_TRAIN_TITLES = 45_678
+# The benchmark's runs (`--runs`): fine-tuning with length buckets, masked-LM pretraining beside it,
+# fine-tuning on the notebook's data path, seed_reference, and the main job's time to first step.
+RUNS = ("klue_tc", "pretrain", "notebook", "reference", "overhead")

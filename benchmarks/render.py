@@ -12,6 +12,8 @@ DASH = "—"
 # Targets of issue 6: klue_tc titles/s over seed_reference's, per encoder; cached time to first step.
 TARGET_SPEEDUP = {"transformer": 3.0, "trans_blstm": 2.0}
 TARGET_CACHED_FIRST_STEP_S = 2.0
+# Issue 43: masked-LM pretraining's titles/s over fine-tuning's, same encoder, size, precision, threads.
+TARGET_PRETRAIN_RATIO = 0.80
 
 
 def ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[float]:
@@ -72,14 +74,96 @@ def table_rows(results: Sequence[dict]) -> list[list[str]]:
     return rows
 
 
+def loop_speed(run: Optional[dict], clock: str) -> Optional[float]:
+    """A run's loop titles/s (step end to step end, batch assembly included) on the bench's clock."""
+    if not run:
+        return None
+    return run.get("loop_cpu_samples_per_s" if clock == "cpu" else "loop_samples_per_s")
+
+
+def efficiency(result: dict, peak: Optional[dict], clock: str) -> dict:
+    """Pretraining against fine-tuning for one encoder, and the achieved GFLOP/s of each training
+    step (FLOPs per title x loop titles/s) with its share of the measured matrix-product peak."""
+    peak_gflops = (peak or {}).get("gflops_per_s")
+    out = {"peak_gflops_per_s": peak_gflops}
+    speeds = {}
+    for kind in ("klue_tc", "pretrain"):
+        run = result.get(kind)
+        speeds[kind] = loop_speed(run, clock)
+        flops = (run or {}).get("train_flops_per_title")
+        gflops = None if speeds[kind] is None or flops is None else speeds[kind] * flops / 1e9
+        name = "finetune" if kind == "klue_tc" else kind
+        out[f"{name}_titles_per_s"] = speeds[kind]
+        out[f"{name}_train_flops_per_title"] = flops
+        out[f"{name}_gflops_per_s"] = gflops
+        out[f"{name}_peak_fraction"] = ratio(gflops, peak_gflops)
+    out["pretrain_ratio"] = ratio(speeds["pretrain"], speeds["klue_tc"])
+    return out
+
+
+PRETRAIN_HEADER = (
+    "encoder",
+    "precision",
+    "fine-tuning titles/s",
+    "pretraining titles/s",
+    "pretraining / fine-tuning",
+    "train-step GFLOP per title (fine-tuning / pretraining)",
+    "achieved GFLOP/s (fine-tuning / pretraining)",
+    "of matmul peak (fine-tuning / pretraining)",
+)
+
+
+def pretrain_rows(results: Sequence[dict], peak: Optional[dict], clock: str) -> list[list[str]]:
+    """One row per encoder: masked-LM pretraining beside fine-tuning, and both steps' GFLOP/s."""
+    rows = []
+    for r in results:
+        e = efficiency(r, peak, clock)
+        precision = (r.get("klue_tc") or r.get("pretrain") or {}).get("precision")
+        rows.append(
+            [
+                r["encoder"],
+                precision or DASH,
+                fmt(e["finetune_titles_per_s"]),
+                fmt(e["pretrain_titles_per_s"]),
+                fmt(e["pretrain_ratio"], ".2f", "x"),
+                " / ".join(fmt(_giga(e[f"{k}_train_flops_per_title"]), ".3f") for k in ("finetune", "pretrain")),
+                " / ".join(fmt(e[f"{k}_gflops_per_s"], ".1f") for k in ("finetune", "pretrain")),
+                " / ".join(fmt(_percent(e[f"{k}_peak_fraction"]), ".0f", " %") for k in ("finetune", "pretrain")),
+            ]
+        )
+    return rows
+
+
+def _giga(value: Optional[float]) -> Optional[float]:
+    return None if value is None else value / 1e9
+
+
+def _percent(fraction: Optional[float]) -> Optional[float]:
+    return None if fraction is None else 100 * fraction
+
+
+def peak_line(peak: Optional[dict], clock: str) -> str:
+    if not peak:
+        return "Matrix-product peak: not measured."
+    on = "process CPU time" if clock == "cpu" else "wall clock"
+    return (
+        f"Matrix-product peak: a {peak['size']} x {peak['size']} {peak['dtype']} product (the training precision, "
+        f"{peak['precision']}), {peak['threads']} thread(s), {on}: **{peak['gflops_per_s']:.1f} GFLOP/s** "
+        f"(the fastest of {peak['repetitions']})."
+    )
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def target_checks(results: Sequence[dict], overhead: Optional[dict]) -> list[tuple[str, Optional[bool], str]]:
-    """(target, met or None when not measured, detail) for issue 6's targets."""
+def target_checks(
+    results: Sequence[dict], overhead: Optional[dict], clock: str = "wall"
+) -> list[tuple[str, Optional[bool], str]]:
+    """(target, met or None when not measured, detail) for issue 6's targets and issue 43's
+    pretraining speed (loop titles/s on `clock`)."""
     checks = []
     for r in results:
         goal = TARGET_SPEEDUP.get(r["encoder"])
@@ -98,6 +182,17 @@ def target_checks(results: Sequence[dict], overhead: Optional[dict]) -> list[tup
         met = None if f1 is None or ref_f1 is None else f1 >= ref_f1
         checks.append(
             (f"{r['encoder']}: macro-F1 >= seed_reference's", met, f"{fmt(f1, '.4f')} vs {fmt(ref_f1, '.4f')}")
+        )
+    for r in results:
+        if not r.get("pretrain"):
+            continue
+        pretrain_ratio = efficiency(r, None, clock)["pretrain_ratio"]
+        checks.append(
+            (
+                f"{r['encoder']}: pretraining titles/s >= {TARGET_PRETRAIN_RATIO:.2f}x fine-tuning's",
+                None if pretrain_ratio is None else pretrain_ratio >= TARGET_PRETRAIN_RATIO,
+                fmt(pretrain_ratio, ".2f", "x"),
+            )
         )
     cached = (overhead or {}).get("cached", {}).get("time_to_first_step_s")
     checks.append(
@@ -213,6 +308,8 @@ def render(report: dict) -> str:
             loop,
         ),
     ]
+    if any(r.get("pretrain") for r in report["results"]):
+        parts += ["", *pretrain_lines(report)]
     overhead = report.get("overhead") or {}
     rows = [
         [
@@ -226,25 +323,29 @@ def render(report: dict) -> str:
         )
     ]
     command = (overhead.get("first") or overhead.get("cached") or {}).get("command", "")
-    parts += [
-        "",
-        "### Sweep overhead (time to first training step, from job start as FoldMonitor measures it)",
-        "",
-        markdown_table(("job", "time to first step", "process wall time"), rows),
-        "",
-        f"Before the job's clock starts: interpreter start-up and imports (python, torch, Lightning, Hydra, "
-        f"klue_tc) take {fmt(overhead.get('startup_s'), '.1f', ' s')} in a fresh process. The process wall "
-        f"time also holds 2 training steps, one validation pass over the fold's held-out titles and the "
-        f"metrics write.",
-        "",
-        f"Command (run twice, the same cache dir): `{command}`" if command else "",
-    ]
+    parts += (
+        []
+        if not overhead
+        else [
+            "",
+            "### Sweep overhead (time to first training step, from job start as FoldMonitor measures it)",
+            "",
+            markdown_table(("job", "time to first step", "process wall time"), rows),
+            "",
+            f"Before the job's clock starts: interpreter start-up and imports (python, torch, Lightning, Hydra, "
+            f"klue_tc) take {fmt(overhead.get('startup_s'), '.1f', ' s')} in a fresh process. The process wall "
+            f"time also holds 2 training steps, one validation pass over the fold's held-out titles and the "
+            f"metrics write.",
+            "",
+            f"Command (run twice, the same cache dir): `{command}`" if command else "",
+        ]
+    )
     if "projection" in report:
         parts += ["", *projection_lines(report)]
-    checks = target_checks(report["results"], overhead)
+    checks = target_checks(report["results"], overhead, s.get("clock", "wall"))
     parts += [
         "",
-        "### Targets (issue 6)",
+        "### Targets (issue 6; pretraining: issue 43)",
         "",
         markdown_table(
             ("target", "met", "measured"),
@@ -254,6 +355,39 @@ def render(report: dict) -> str:
     if report.get("notes"):
         parts += ["", "Notes: " + "; ".join(report["notes"])]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def pretrain_lines(report: dict) -> list[str]:
+    s = report["settings"]
+    clock = s.get("clock", "wall")
+    pretrain = next((r["pretrain"] for r in report["results"] if r.get("pretrain")), {})
+    on = "process CPU time" if clock == "cpu" else "wall clock"
+    return [
+        "### Masked-LM pretraining beside fine-tuning, and achieved GFLOP/s",
+        "",
+        markdown_table(PRETRAIN_HEADER, pretrain_rows(report["results"], report.get("peak"), clock)),
+        "",
+        f"titles/s: both loops timed the same way ({on}), from one step's end to the next, the first step "
+        f"excluded, batch assembly included (for pretraining also the masking): fine-tuning = klue_tc's bucketed "
+        f"run above (Lightning), pretraining = klue_tc.pretraining.pretrain_encoder (`pretrain.objective=mlm`, "
+        f"mask_p {pretrain.get('mask_p', '?')}, BERT's 80/10/10) on the same training titles with the same "
+        f"tokenizer, encoder, batch {s['batch_size']}, {s['epochs']} epoch(s), precision and threads, in its own "
+        f"process. The masked-LM head scores only the masked rows (their count rounded up to a multiple of "
+        f"{pretrain.get('head_row_bucket', '?')}): "
+        f"{pretrain.get('head_rows', '?')} rows for {pretrain.get('masked_tokens', '?')} masked of "
+        f"{pretrain.get('tokens', '?')} padded positions in the first encoder's timed steps.",
+        "",
+        "GFLOP/s: FLOPs of the timed steps (klue_tc.model_size.forward_flops: torch's flop counter plus the "
+        "LSTMs' matrix products, on one title of each padded width the steps met, times the titles at it; for "
+        "pretraining plus the head's rows), a training step taken as 3x its forward pass, over the same time "
+        "as the titles/s. " + peak_line(report.get("peak"), clock) + _peak_rounds(report.get("peak_rounds")),
+    ]
+
+
+def _peak_rounds(rounds: Optional[Sequence[Optional[float]]]) -> str:
+    if not rounds or len(rounds) < 2:
+        return ""
+    return " Each round's peak: " + " / ".join(fmt(r, ".1f") for r in rounds) + " GFLOP/s."
 
 
 def projection_lines(report: dict) -> list[str]:

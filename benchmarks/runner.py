@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.constants import LAYERS, REPO_ROOT
+from benchmarks.constants import LAYERS, REPO_ROOT, RUNS
 from benchmarks.processes import _kill, child_env, run_measured
 from benchmarks.projection import concurrent_throughput, fastest, gpu_projection, sweep_grid
 from benchmarks.reference import CPU_CLOCK_LAUNCHER, REFERENCE_ARCH, parse_reference_line
+from benchmarks.render import efficiency
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Bench:
     repeat: int = 1
     clock: str = "wall"
     phase_budget_s: float = 240.0  # with --gpu: each phase stops starting runs once this is spent
+    runs: tuple[str, ...] = RUNS  # which of the runs to make (CPU): klue_tc, pretrain, notebook, reference, overhead
 
     @property
     def env(self) -> dict:
@@ -68,10 +70,8 @@ class Bench:
             "overrides": [*shapes, *self.overrides],
         }
 
-    def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
-        name = f"{encoder}-{'bucketed' if bucketing else 'notebook'}"
-        self.say(f"{name}: training ({self.epochs} epoch(s), {self.limit or 'all'} titles) ...")
-        spec = self.worker_spec(encoder, bucketing, name)
+    def _worker(self, name: str, spec: dict):
+        """One worker process to the end: its result (None when it failed) and how it finished."""
         spec_path, result_path = self.work / f"{name}.spec.json", self.work / f"{name}.result.json"
         spec_path.write_text(json.dumps(spec))
         done = run_measured(
@@ -85,8 +85,15 @@ class Bench:
         if done.rc != 0 or not result_path.is_file():
             self.say(f"{name}: FAILED (exit {done.rc}{', timed out' if done.timed_out else ''})\n{done.tail()}")
             self.notes.append(f"{name} failed (exit {done.rc}); log: {self.work / name}.err")
+            return None, done
+        return json.loads(result_path.read_text()), done
+
+    def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
+        name = f"{encoder}-{'bucketed' if bucketing else 'notebook'}"
+        self.say(f"{name}: training ({self.epochs} epoch(s), {self.limit or 'all'} titles) ...")
+        result, done = self._worker(name, self.worker_spec(encoder, bucketing, name))
+        if result is None:
             return None
-        result = json.loads(result_path.read_text())
         result.update(
             wall_s=done.wall_s,
             peak_rss_mb=done.peak_rss_mb,
@@ -98,6 +105,33 @@ class Bench:
         self.say(
             f"{name}: {result['samples_per_s']:.0f} titles/s, macro-F1 {result['f1']:.4f}, {done.wall_s:.0f} s in all"
         )
+        return result
+
+    def pretrain_run(self, encoder: str) -> Optional[dict]:
+        """klue_tc's masked-LM pretraining of the same encoder on the same titles, batch, epochs,
+        precision and threads as the bucketed fine-tuning run; its titles/s is the loop figure on
+        the benchmark's clock (set against fine-tuning's loop figure on the same clock)."""
+        name = f"{encoder}-pretrain"
+        self.say(f"{name}: masked-LM pretraining ({self.epochs} epoch(s), {self.limit or 'all'} titles) ...")
+        result, done = self._worker(name, {**self.worker_spec(encoder, True, name), "kind": "pretrain"})
+        if result is None:
+            return None
+        result.update(
+            wall_s=done.wall_s,
+            peak_rss_mb=done.peak_rss_mb,
+            peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb,
+            samples_per_s=result[loop_key(self.clock)],
+        )
+        self.say(f"{name}: {result['samples_per_s']:.0f} titles/s, final MLM loss {result['final_loss']:.3f}")
+        return result
+
+    def peak_run(self) -> Optional[dict]:
+        """A large square matrix product in the training runs' precision, threads and clock."""
+        self.say("peak: a square matrix product in the training precision ...")
+        spec = {**self.worker_spec(self.encoders[0], True, "peak"), "kind": "peak", "clock": self.clock}
+        result, _ = self._worker("peak", spec)
+        if result is not None:
+            self.say(f"peak: {result['gflops_per_s']:.1f} GFLOP/s ({result['dtype']}, {result['size']}^2)")
         return result
 
     def reference_run(self, encoder: str) -> Optional[dict]:
@@ -266,15 +300,21 @@ class Bench:
     def measure(self) -> dict:
         if self.gpu:
             return self.measure_gpu()
-        # With --repeat, the three runs of an encoder alternate (order reversed every other round)
-        # and each keeps its fastest round: interference from other work only ever slows a run.
-        runs = {
+        # With --repeat, the runs of an encoder alternate (order reversed every other round) and
+        # each keeps its fastest round: interference from other work only ever slows a run.
+        # Pretraining runs next to the fine-tuning it is set against.
+        every = {
             "klue_tc": lambda enc: self.klue_tc_run(enc, True),
+            "pretrain": self.pretrain_run,
             "notebook": lambda enc: self.klue_tc_run(enc, False),
             "reference": self.reference_run,
         }
+        runs = {kind: measure for kind, measure in every.items() if kind in self.runs}
         trials = {enc: {kind: [] for kind in runs} for enc in self.encoders}
+        peaks = []
         for round_ in range(self.repeat):
+            # Once a round, like every run: the fastest round is the peak the training runs are set against.
+            peaks.append(self.peak_run())
             for encoder in self.encoders:
                 for kind in list(runs) if round_ % 2 == 0 else list(runs)[::-1]:
                     result = runs[kind](encoder)
@@ -283,12 +323,17 @@ class Bench:
         results = [
             {
                 "encoder": enc,
-                **{kind: fastest(trials[enc][kind]) for kind in runs},
+                **{kind: fastest(trials[enc][kind]) if kind in runs else None for kind in every},
                 "rounds": {kind: [t["samples_per_s"] for t in trials[enc][kind]] for kind in runs},
             }
             for enc in self.encoders
         ]
-        report = {"settings": self.settings(), "results": results, "overhead": self.overhead()}
+        peak = max((p for p in peaks if p), key=lambda p: p["gflops_per_s"], default=None)
+        report = {"settings": self.settings(), "results": results, "peak": peak}
+        report["peak_rounds"] = [p["gflops_per_s"] if p else None for p in peaks]
+        for result in results:
+            result["efficiency"] = efficiency(result, peak, self.clock)
+        report["overhead"] = self.overhead() if "overhead" in self.runs else {}
         report["notes"] = self.notes
         return report
 
@@ -301,7 +346,11 @@ class Bench:
                 row = {"encoder": encoder, "reference": None}
                 row["klue_tc"] = phase.run(f"{encoder} bucketed", self.klue_tc_run, encoder, True)
                 row["notebook"] = phase.run(f"{encoder} one width", self.klue_tc_run, encoder, False)
+                row["pretrain"] = phase.run(f"{encoder} pretraining", self.pretrain_run, encoder)
                 report["results"].append(row)
+            report["peak"] = phase.run("peak", self.peak_run)
+            for row in report["results"]:
+                row["efficiency"] = efficiency(row, report["peak"], self.clock)
         solo = {
             r["encoder"]: r["klue_tc"].get("loop_samples_per_s") or r["klue_tc"]["samples_per_s"]
             for r in report["results"]
@@ -335,6 +384,7 @@ class Bench:
             "overrides": self.overrides,
             "repeat": self.repeat,
             "clock": self.clock,
+            "runs": list(self.runs),
         }
 
     def device_name(self) -> str:
@@ -343,6 +393,11 @@ class Bench:
         import torch
 
         return f"{torch.cuda.get_device_name(0)} (bf16-mixed)"
+
+
+def loop_key(clock: str) -> str:
+    """The loop titles/s field (step end to step end, batch assembly included) on a clock."""
+    return "loop_cpu_samples_per_s" if clock == "cpu" else "loop_samples_per_s"
 
 
 class Phase:

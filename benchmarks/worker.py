@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
+from dataclasses import astuple
 from pathlib import Path
 from typing import Sequence
 
 from benchmarks.constants import LAYERS, REPO_ROOT
+from benchmarks.flops import (
+    PEAK_MATMUL_SIZE,
+    PEAK_MATMUL_SIZE_GPU,
+    classifier_step_flops,
+    masked_lm_step_flops,
+    matmul_peak,
+)
 from benchmarks.reference import reference_split
 
 
@@ -37,6 +46,12 @@ def run_overrides(spec: dict) -> list[str]:
         "trainer.devices=1",
         "trainer.progress_bar=none",
         "logger=none",
+        # Pretraining: the same titles, batch and epochs as fine-tuning, masked-LM's defaults otherwise.
+        *(
+            ["pretrain.objective=mlm", f"pretrain.epochs={spec['epochs']}", f"pretrain.batch_size={spec['batch_size']}"]
+            if spec.get("kind") == "pretrain"
+            else []
+        ),
         *spec.get("overrides", []),
     ]
 
@@ -58,11 +73,12 @@ def _loop_timer_class():
             self.val_seconds, self.val_samples, self.val_runs = 0.0, 0, 0
             self.first_start_wall = self.last_end_wall = None
             self.last_f1, self.f1_by_epoch = None, []
-            self._mark = self._val_t0 = self._cpu0 = 0.0
-            self.cpu_seconds = 0.0
+            self._mark = self._val_t0 = self._cpu0 = self._cpu_mark = 0.0
+            self.cpu_seconds = self.loop_cpu_seconds = 0.0
+            self.widths = Counter()  # padded width -> titles trained at it, over the timed steps
 
         def on_train_epoch_start(self, trainer, pl_module):
-            self._mark = time.perf_counter()
+            self._mark, self._cpu_mark = time.perf_counter(), time.process_time()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.first_start_wall is None:
@@ -71,13 +87,15 @@ def _loop_timer_class():
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             sync(trainer)
-            now = time.perf_counter()
+            now, cpu_now = time.perf_counter(), time.process_time()
             self.steps += 1
             if self.steps > 1:
                 self.loop_seconds += now - self._mark
+                self.loop_cpu_seconds += cpu_now - self._cpu_mark
                 self.loop_samples += len(batch["input_ids"])
-                self.cpu_seconds += time.process_time() - self._cpu0
-            self._mark, self.last_end_wall = now, time.time()
+                self.cpu_seconds += cpu_now - self._cpu0
+                self.widths[batch["input_ids"].size(1)] += len(batch["input_ids"])
+            self._mark, self._cpu_mark, self.last_end_wall = now, cpu_now, time.time()
 
         def on_validation_start(self, trainer, pl_module):
             sync(trainer)
@@ -97,27 +115,54 @@ def _loop_timer_class():
 
 
 def run_worker(spec: dict) -> dict:
-    """One measured training in this (fresh) process: klue_tc's prepare_fold + train_fold."""
+    """One measured run in this (fresh) process: fine-tuning (klue_tc's prepare_fold + train_fold),
+    masked-LM pretraining on the same titles, or the matrix-product peak."""
     job_start = time.perf_counter()
-    import numpy as np
     import torch
 
     torch.set_num_threads(spec["threads"])
-    from klue_tc.data import LabelledTitles, read_labelled_file
-    from klue_tc.job_context import FirstStepClock
-    from klue_tc.job_setup import standalone_job
-    from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training import prepare_fold, train_fold
-
+    kind = spec.get("kind", "finetune")
+    if kind == "peak":
+        return peak_worker(spec)
     run = compose_run(run_overrides(spec))
+    data, prepared = _prepare(run, spec)
+    if kind == "pretrain":
+        return pretrain_worker(run, prepared, spec)
+    return finetune_worker(run, data, prepared, spec, job_start)
+
+
+def _prepare(run, spec: dict):
+    """The titles and their fold: seed_reference's split of the data, the tokenizer fit on its
+    training titles (cached)."""
+    import numpy as np
+
+    from klue_tc.data import LabelledTitles, read_labelled_file
+    from klue_tc.tokenizers import TokenizerCache
+    from klue_tc.training import prepare_fold
+
     full = read_labelled_file(spec["data"])
     train_idx, held_idx = reference_split(full.labels, spec["limit"])
     order = np.concatenate([train_idx, held_idx])
     data = LabelledTitles([full.texts[i] for i in order], full.labels[order], full.source)
     n_train = len(train_idx)
-    prepared = prepare_fold(
-        run, data, np.arange(n_train), np.arange(n_train, len(order)), TokenizerCache(spec["cache_dir"])
-    )
+    cache = TokenizerCache(spec["cache_dir"])
+    return data, prepare_fold(run, data, np.arange(n_train), np.arange(n_train, len(order)), cache)
+
+
+def _token_id(tokenizer) -> int:
+    """A real piece (not a special) for counting FLOPs over titles without padding."""
+    specials = set(astuple(tokenizer.specials))
+    return next(i for i in range(tokenizer.vocab_size) if i not in specials)
+
+
+def finetune_worker(run, data, prepared, spec: dict, job_start: float) -> dict:
+    import torch
+
+    from klue_tc.data import NUM_CLASSES
+    from klue_tc.job_context import FirstStepClock
+    from klue_tc.job_setup import standalone_job
+    from klue_tc.models import build_classifier
+    from klue_tc.training import train_fold
 
     # One extra callback beside train_fold's own (FoldMonitor etc.): the trainer is otherwise unchanged.
     timer = _loop_timer_class()()
@@ -131,7 +176,11 @@ def run_worker(spec: dict) -> dict:
     lengths = prepared.train.encoded.lengths
     import resource
 
+    tokenizer = prepared.tokenizer
+    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
+    step_flops = classifier_step_flops(classifier, timer.widths, _token_id(tokenizer))
     return {
+        "kind": "finetune",
         "encoder": spec["encoder"],
         "bucketing": spec["bucketing"],
         "layers": run.encoder.layers,
@@ -142,6 +191,9 @@ def run_worker(spec: dict) -> dict:
         # The same steps as FoldMonitor's, on the process CPU clock: with one thread, a measure that
         # time-slicing with other work on a shared machine does not distort.
         "cpu_samples_per_s": timer.loop_samples / timer.cpu_seconds if timer.cpu_seconds else None,
+        # The loop figure on the process CPU clock (batch assembly and hooks included, as the wall one).
+        "loop_cpu_samples_per_s": timer.loop_samples / timer.loop_cpu_seconds if timer.loop_cpu_seconds else None,
+        "train_flops_per_title": step_flops / timer.loop_samples if timer.loop_samples else None,
         "eval_samples_per_s": timer.val_samples / timer.val_seconds if timer.val_seconds else None,
         "f1": timer.last_f1,
         "f1_by_epoch": timer.f1_by_epoch,
@@ -164,6 +216,91 @@ def run_worker(spec: dict) -> dict:
         "self_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "threads": torch.get_num_threads(),
     }
+
+
+def pretrain_worker(run, prepared, spec: dict) -> dict:
+    """klue_tc's masked-LM pretraining loop (klue_tc.pretraining.pretrain_encoder) over the fold's
+    training titles, timed as LoopTimer times fine-tuning: from one step's end to the next, the
+    first step excluded, batch assembly and masking included."""
+    import resource
+
+    import torch
+
+    from klue_tc.hardware import resolve_device
+    from klue_tc.pretraining import HEAD_ROW_BUCKET, new_masked_lm, pretrain_encoder
+
+    timer = PretrainTimer(torch.device("cuda" if spec["gpu"] else "cpu"))
+    Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
+    state_dir = Path(tempfile.mkdtemp(dir=spec["work_dir"], prefix="pretraining-state-"))
+    encoded = prepared.train.encoded
+    device = resolve_device(run.trainer)
+    _, steps, loss = pretrain_encoder(run, device, prepared.tokenizer, encoded, state_dir / "resume.pt", timer)
+    tokenizer = prepared.tokenizer
+    head_rows = int(timer.head_rows)
+    step_flops = masked_lm_step_flops(new_masked_lm(run, tokenizer), timer.widths, head_rows, _token_id(tokenizer))
+    return {
+        "kind": "pretrain",
+        "encoder": spec["encoder"],
+        "layers": run.encoder.layers,
+        "precision": device.precision,
+        "loop_samples_per_s": timer.samples / timer.seconds if timer.seconds else None,
+        "loop_cpu_samples_per_s": timer.samples / timer.cpu_seconds if timer.cpu_seconds else None,
+        "train_flops_per_title": step_flops / timer.samples if timer.samples else None,
+        "steps": steps,
+        "titles": len(encoded),
+        "trained_samples": timer.samples,
+        "masked_tokens": int(timer.masked),
+        "head_rows": head_rows,
+        "head_row_bucket": HEAD_ROW_BUCKET,
+        "tokens": timer.tokens,
+        "final_loss": loss,
+        "mask_p": run.pretrain.mask_p,
+        "batch_size": run.pretrain.batch_size,
+        "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if spec["gpu"] else None,
+        "self_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "threads": torch.get_num_threads(),
+    }
+
+
+class PretrainTimer:
+    """The pretraining loop's step hook: step-end to step-end times on both clocks, the first step
+    excluded; the titles, padded widths and head rows of the timed steps, summed on the device
+    (reading them every step would wait for a GPU)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.seconds = self.cpu_seconds = 0.0
+        self.samples = self.tokens = 0
+        self.masked = self.head_rows = 0
+        self.widths = Counter()
+        self._mark = self._cpu_mark = None
+
+    def __call__(self, step: int, total: int, loss, batch) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        now, cpu_now = time.perf_counter(), time.process_time()
+        if self._mark is not None:
+            self.seconds += now - self._mark
+            self.cpu_seconds += cpu_now - self._cpu_mark
+            titles, width = batch.original.shape
+            self.samples += titles
+            self.tokens += titles * width
+            self.widths[width] += titles
+            self.masked = self.masked + batch.picked.sum()
+            self.head_rows = self.head_rows + batch.head_rows()
+        self._mark, self._cpu_mark = now, cpu_now
+
+
+def peak_worker(spec: dict) -> dict:
+    """The matrix-product peak in the precision the training runs use (their overrides composed)."""
+    from klue_tc.hardware import default_precision
+
+    run = compose_run(run_overrides(spec))
+    precision = default_precision(run.trainer)
+    device, size = ("cuda", PEAK_MATMUL_SIZE_GPU) if spec["gpu"] else ("cpu", PEAK_MATMUL_SIZE)
+    return {"precision": precision, **matmul_peak("bf16" in precision, spec.get("clock", "wall"), device, size)}
 
 
 def _barrier(directory: Path, count: int, name: str, timeout_s: float = 600) -> None:

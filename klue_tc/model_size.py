@@ -47,15 +47,15 @@ def recurrent_flops(rnn: nn.RNNBase, tokens: int) -> float:
     return flops
 
 
-def forward_flops(model: nn.Module, input_ids: torch.Tensor) -> float:
-    """FLOPs of one forward pass over `input_ids` (batch, length) with no padding: counted by torch,
-    plus every recurrent layer's run over every token (the BLSTM blocks call the fused kernel
-    directly, which neither the counter nor a module hook sees)."""
+def forward_flops(model: nn.Module, input_ids: torch.Tensor, *more_inputs: torch.Tensor) -> float:
+    """FLOPs of one forward pass over `input_ids` (batch, length) with no padding (and any further
+    inputs the model takes): counted by torch, plus every recurrent layer's run over every token
+    (the BLSTM blocks call the fused kernel directly, which neither the counter nor a module hook sees)."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(input_ids)
+            model(input_ids, *more_inputs)
     finally:
         model.train(was_training)
     tokens = input_ids.numel()

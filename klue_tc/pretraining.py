@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -49,7 +49,26 @@ MIN_WARMUP_STEPS = 8
 BUCKET_MULTIPLIER = 50
 # What the progress line calls each objective's loss (ELECTRA's: generator MLM + lambda x detection BCE).
 LOSS_NAMES = {"mlm": "MLM loss", "electra": "ELECTRA loss"}
-StepHook = Callable[[int, int, torch.Tensor], None]  # (step done, total steps, loss) after each step
+
+# The head's row count is rounded up to a multiple of this (TopicClassifierModule._masked_rows):
+# a few dozen shapes for oneDNN's kernel cache, where fine-tuning's 256 padded a batch of 256
+# titles' ~650 masked rows by a third (make bench counts the rows).
+HEAD_ROW_BUCKET = 64
+
+
+class MaskedBatch(NamedTuple):
+    """One step's titles (as padded ids) and which of their tokens are masked-LM targets."""
+
+    original: torch.Tensor
+    picked: torch.Tensor
+
+    def head_rows(self) -> torch.Tensor:
+        """The rows the masked-LM head scores (a tensor: reading it would wait for the device)."""
+        masked = self.picked.sum()
+        return masked + (-masked) % HEAD_ROW_BUCKET
+
+
+StepHook = Callable[[int, int, torch.Tensor, MaskedBatch], None]  # (step done, total steps, loss, batch)
 
 
 @dataclass(frozen=True)
@@ -111,7 +130,7 @@ class MaskedLanguageModel(nn.Module):
         where = picked.flatten()
         targets = original.flatten().masked_fill(~where, -100)
         # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
-        rows, targets = TopicClassifierModule._masked_rows(states, targets, where)
+        rows, targets = TopicClassifierModule._masked_rows(states, targets, where, HEAD_ROW_BUCKET)
         scores = self.head(rows, self.encoder.embeddings.tokens.weight)
         return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
 
@@ -311,7 +330,7 @@ def pretrain_encoder(
             scheduler.step()
             step += 1
             if on_step is not None:
-                on_step(step, total, loss.detach())
+                on_step(step, total, loss.detach(), MaskedBatch(original, picked))
             if step == total:
                 break
             if step % cfg.save_every_steps == 0:

@@ -221,7 +221,7 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
         name = f"{run.experiment}-pretrain-{key}"
         wandb_run = open_wandb_run(run.logger.wandb, job.run_dir, name, job.wandb_group, "pretrain", config)
 
-    def on_step(step: int, total: int, loss) -> None:
+    def on_step(step: int, total: int, loss, batch) -> None:
         line(step, total, loss)
         if wandb_run is not None and (step % run.trainer.log_every_n_steps == 0 or step == total):
             wandb_run.log({f"pretrain/{run.pretrain.objective}_loss": float(loss)}, step=step)

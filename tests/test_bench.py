@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import benchmarks as bench
 
@@ -315,6 +317,8 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
         assert r["klue_tc"]["samples_per_s"] > 0 and 0 <= r["klue_tc"]["f1"] <= 1
         assert r["notebook"]["max_len"] == r["klue_tc"]["max_len"]
         assert (r["reference"] is not None) == (reference.is_file() and r["encoder"] in bench.REFERENCE_ARCH)
+        assert r["pretrain"]["trained_samples"] > 0 and r["efficiency"]["pretrain_ratio"] > 0
+        assert r["efficiency"]["pretrain_gflops_per_s"] > 0 and r["efficiency"]["finetune_gflops_per_s"] > 0
     assert report["overhead"]["cached"]["time_to_first_step_s"] > 0
     assert report["overhead"]["first"]["time_to_first_step_s"] > 0
     table = out.read_text()
@@ -512,5 +516,127 @@ def test_gpu_phases_run_in_order_and_project_the_sweep(tmp_path, capsys):
     assert said.index("phase 1/3") < said.index("phase 2/3") < said.index("phase 3/3"), said
     assert said.count("done in") == 3 and "paper sweep (150 jobs), one by one:" in said  # cnn: 150 of the 600
     assert report["results"][0]["klue_tc"] and report["results"][0]["notebook"], b.notes
+    assert report["results"][0]["pretrain"]["trained_samples"] > 0 and report["peak"]["gflops_per_s"] > 0
     assert report["concurrency"][2]["speedup"] > 0 and report["projection"]["best_parallel"] == 2
     assert "Paper sweep projection" in bench.render(report)
+
+
+def _pretrain_result(encoder, finetune_speed, pretrain_speed):
+    finetune = {"loop_cpu_samples_per_s": finetune_speed, "train_flops_per_title": 1e8, "precision": "32-true"}
+    pretrain = {
+        "samples_per_s": pretrain_speed,
+        "loop_cpu_samples_per_s": pretrain_speed,
+        "train_flops_per_title": 1.2e8,
+        "precision": "32-true",
+        "mask_p": 0.15,
+        "head_rows": 128,
+        "head_row_bucket": 64,
+        "masked_tokens": 100,
+        "tokens": 700,
+    }
+    return {"encoder": encoder, "klue_tc": {**_run(300.0, 0.5, 1.0), **finetune}, "pretrain": pretrain}
+
+
+PEAK = {"size": 2048, "dtype": "float32", "precision": "32-true", "threads": 1, "repetitions": 5, "gflops_per_s": 50.0}
+
+
+def test_pretraining_row_ratio_gflops_and_target():
+    fast, slow = _pretrain_result("transformer", 200.0, 170.0), _pretrain_result("trans_blstm", 100.0, 70.0)
+    e = bench.efficiency(fast, PEAK, "cpu")
+    assert e["pretrain_ratio"] == pytest.approx(0.85)
+    assert e["finetune_gflops_per_s"] == pytest.approx(20.0) and e["pretrain_gflops_per_s"] == pytest.approx(20.4)
+    assert e["finetune_peak_fraction"] == pytest.approx(0.4) and e["pretrain_peak_fraction"] == pytest.approx(0.408)
+    # The wall clock reads the wall-clock loop figures, absent here.
+    assert bench.efficiency(fast, PEAK, "wall")["pretrain_ratio"] is None
+    rows = bench.pretrain_rows([fast, slow, {"encoder": "cnn", "klue_tc": None, "pretrain": None}], PEAK, "cpu")
+    assert rows[0] == ["transformer", "32-true", "200", "170", "0.85x", "0.100 / 0.120", "20.0 / 20.4", "40 % / 41 %"]
+    assert (
+        rows[1][4] == "0.70x"
+        and rows[2][2:] == [bench.DASH, bench.DASH, bench.DASH] + [" / ".join([bench.DASH] * 2)] * 3
+    )
+    assert len(rows[0]) == len(bench.PRETRAIN_HEADER)
+    checks = {name: (met, detail) for name, met, detail in bench.target_checks([fast, slow], None, "cpu")}
+    assert checks["transformer: pretraining titles/s >= 0.80x fine-tuning's"] == (True, "0.85x")
+    assert checks["trans_blstm: pretraining titles/s >= 0.80x fine-tuning's"] == (False, "0.70x")
+
+
+def test_render_shows_the_pretraining_table_and_the_peak():
+    report = {
+        "settings": {
+            "data": "/x/train.tsv",
+            "limit": 50,
+            "epochs": 1,
+            "batch_size": 16,
+            "layers": 3,
+            "threads": 1,
+            "device": "CPU",
+            "reference": None,
+            "encoders": ["transformer"],
+            "clock": "cpu",
+        },
+        "results": [_pretrain_result("transformer", 200.0, 170.0)],
+        "peak": PEAK,
+        "overhead": {},
+    }
+    text = bench.render(report)
+    assert "| transformer | 32-true | 200 | 170 | 0.85x | 0.100 / 0.120 | 20.0 / 20.4 | 40 % / 41 % |" in text
+    assert "**50.0 GFLOP/s**" in text and "128 rows for 100 masked of 700 padded positions" in text
+    assert "pretraining titles/s >= 0.80x fine-tuning's | yes | 0.85x" in text
+
+
+def test_flops_of_a_step_count_the_titles_widths_and_the_heads_rows(tmp_path):
+    from collections import Counter
+
+    from benchmarks.flops import TRAIN_STEP_FACTOR, classifier_step_flops, masked_lm_step_flops
+    from benchmarks.worker import compose_run
+    from klue_tc.models import build_classifier
+    from klue_tc.pretraining import new_masked_lm
+    from klue_tc.tokenizers import fit_tokenizer
+
+    run = compose_run(["+experiment=trans_blstm", "encoder.d_model=32", "encoder.heads=2", "head.hidden=32"])
+    run.tokenizer.vocab_size = 200
+    tokenizer = fit_tokenizer(run.tokenizer, [text for text in _headlines(tmp_path / "t.tsv").read_text().split()])
+    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, 7)
+    one = classifier_step_flops(classifier, Counter({12: 1}), 7)
+    assert one > 0 and classifier_step_flops(classifier, Counter({12: 3, 20: 2}), 7) == pytest.approx(
+        3 * one + 2 * classifier_step_flops(classifier, Counter({20: 1}), 7)
+    )
+    mlm = new_masked_lm(run, tokenizer)
+    no_rows = masked_lm_step_flops(mlm, Counter({12: 4}), 0, 7)
+    d, vocab = 32, tokenizer.vocab_size
+    # Every head row: the dense transform and the tied vocabulary projection, 2 FLOPs a multiply-add.
+    per_row = 2 * d * d + 2 * d * vocab
+    assert masked_lm_step_flops(mlm, Counter({12: 4}), 64, 7) - no_rows == pytest.approx(
+        TRAIN_STEP_FACTOR * 64 * per_row
+    )
+    # The BLSTM sublayers are counted (the flop counter alone does not see the fused kernel).
+    lstm = next(m for m in mlm.modules() if isinstance(m, torch.nn.LSTM))
+    assert no_rows > TRAIN_STEP_FACTOR * 4 * 12 * 2 * 4 * lstm.hidden_size * (lstm.input_size + lstm.hidden_size)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_measures_pretraining_beside_fine_tuning_with_gflops(tmp_path):
+    """The real runs at tiny sizes: a TRANS-BLSTM encoder fine-tuned and pretrained, and the peak."""
+    data = _headlines(tmp_path / "train.tsv")
+    out = tmp_path / "bench.md"
+    cmd = [sys.executable, "-m", "benchmarks", "--data", str(data), "--limit", "40", "--batch-size", "8"]
+    cmd += ["--threads", "1", "--encoders", "trans_blstm", "--runs", "klue_tc,pretrain", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    (row,) = report["results"]
+    assert row["notebook"] is None and row["reference"] is None and report["overhead"] == {}
+    pretrain, finetune = row["pretrain"], row["klue_tc"]
+    assert pretrain["precision"] == finetune["precision"] and pretrain["threads"] == finetune["threads"] == 1
+    assert pretrain["trained_samples"] > 0 and pretrain["masked_tokens"] <= pretrain["head_rows"] < pretrain["tokens"]
+    assert pretrain["train_flops_per_title"] > finetune["train_flops_per_title"] / 2 > 0
+    e = row["efficiency"]
+    assert e["pretrain_ratio"] > 0 and e["finetune_gflops_per_s"] > 0 and e["pretrain_gflops_per_s"] > 0
+    assert 0 < e["finetune_peak_fraction"] and report["peak"]["gflops_per_s"] > 0
+    table = out.read_text()
+    assert "### Masked-LM pretraining beside fine-tuning, and achieved GFLOP/s" in table
+    assert re.search(
+        r"\| trans_blstm \| [\w-]+ \| \d+ \| \d+ \| \d\.\d\dx \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", table
+    )
+    assert "trans_blstm: pretraining titles/s >= 0.80x fine-tuning's" in table

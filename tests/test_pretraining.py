@@ -26,8 +26,10 @@ from klue_tc.models.replaced_token_detection import (
     replaced_token_labels,
     sample_tokens,
 )
-from klue_tc.module import MLM_ROW_BUCKET, TopicClassifierModule, corrupt_picked, pick_tokens
+from klue_tc.module import TopicClassifierModule, corrupt_picked, pick_tokens
 from klue_tc.pretraining import (
+    HEAD_ROW_BUCKET,
+    MaskedBatch,
     MaskedLanguageModel,
     PretrainedStore,
     ensure_pretrained,
@@ -137,21 +139,25 @@ def test_the_masked_lm_loss_is_computed_at_the_picked_positions_only(tmp_path, m
     tokenizer = fit_tokenizer(run.tokenizer, [t for _, t in make_headlines(per_class=20)])
     torch.manual_seed(0)
     model = new_masked_lm(run, tokenizer).eval()
-    ids = titles_as_ids(8, 12, tokenizer.vocab_size)
-    picked = pick_tokens(ids, tokenizer.specials, 0.2, 0, torch.Generator().manual_seed(0))
+    ids = titles_as_ids(64, 20, tokenizer.vocab_size)
+    picked = pick_tokens(ids, tokenizer.specials, 0.15, 0, torch.Generator().manual_seed(0))
     rows_seen = []
     head_forward = model.head.forward
 
     def spy(states, embedding):
-        rows_seen.append(len(states))
+        rows_seen.append(states)
         return head_forward(states, embedding)
 
     monkeypatch.setattr(model.head, "forward", spy)
     loss = model(ids, ids, picked)
     masked = int(picked.sum())
-    # The vocabulary projection runs on the gathered rows (rounded up to a bucket), not every position.
-    assert rows_seen == [-(-masked // MLM_ROW_BUCKET) * MLM_ROW_BUCKET] and rows_seen[0] < ids.numel() + MLM_ROW_BUCKET
+    # The vocabulary projection runs on the masked rows, their count rounded up to a small bucket
+    # (what the benchmark counts as the head's rows), not on every position.
+    (rows,) = rows_seen
+    assert len(rows) == int(MaskedBatch(ids, picked).head_rows()) == -(-masked // HEAD_ROW_BUCKET) * HEAD_ROW_BUCKET
+    assert masked <= len(rows) < masked + HEAD_ROW_BUCKET and len(rows) < ids.numel() / 4
     states = model.encoder(ids, ids.eq(model.pad_id))
+    torch.testing.assert_close(rows[:masked], states[picked])  # the rows are the masked positions' states
     scores = head_forward(states[picked], model.encoder.embeddings.tokens.weight)
     expected = torch.nn.functional.cross_entropy(scores.float(), ids[picked])
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
@@ -306,7 +312,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     whole, steps, _ = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
     assert steps == 6
 
-    def kill_after_step_3(step, total, loss):
+    def kill_after_step_3(step, total, loss, batch):
         if step == 3:
             raise Killed
 
@@ -317,7 +323,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     taken = []
     with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
         resumed, steps, _ = pretrain_encoder(
-            run, CPU, tokenizer, encoded, state, lambda step, total, loss: taken.append(step)
+            run, CPU, tokenizer, encoded, state, lambda step, total, loss, batch: taken.append(step)
         )
     assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and steps == 6
     for name, tensor in whole.items():
@@ -515,7 +521,7 @@ def test_every_encoder_pretrains_with_electra_and_only_its_encoder_is_stored(tmp
     losses = []
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
     stored = ensure_pretrained(
-        run, CPU, corpus, store, cache, None, lambda step, total, loss: losses.append(float(loss))
+        run, CPU, corpus, store, cache, None, lambda step, total, loss, batch: losses.append(float(loss))
     )
     assert len(losses) == 3 and all(np.isfinite(losses)) and stored.meta["objective"] == "electra"
     weights = torch.load(stored.weights, weights_only=True)
