@@ -281,6 +281,18 @@ def test_a_requeued_job_and_one_past_its_time_limit_resume_by_themselves(tmp_pat
     assert states.count("REQUEUED") >= 2 and states[-1] == "COMPLETED", states
     assert "interrupted by SIGTERM in fold 0, epoch " in logs  # the scontrol requeue
     assert "stopped by SIGUSR2 " in logs and "requeued, the job resumes from there by itself" in logs
-    assert "fold 0: resuming epoch " in logs, logs[-3000:]
+    # Each stop saved where it was (mid-epoch at a step, or at an epoch's end if the signal came
+    # during validation) and the next allocation resumed from exactly there.
+    stops = {
+        (int(epoch), int(step) if step else None)
+        for epoch, step in re.findall(r"by SIG\w+ in fold 0, epoch (\d+), at (?:step (\d+) of \d+|its end)", logs)
+    }
+    resumes = {
+        (int(mid_epoch), int(step)) if mid_epoch else (int(after_epoch), None)
+        for mid_epoch, step, after_epoch in re.findall(
+            r"fold 0: resuming (?:epoch (\d+) after its step (\d+)|after epoch (\d+))", logs
+        )
+    }
+    assert len(stops) >= 2 and stops <= resumes, (stops, resumes, logs[-3000:])
     fold = finished_fold(sweep_dir)
     assert fold["epochs_run"] == epochs and fold["diverged"] is None
