@@ -239,7 +239,8 @@ def test_a_requeued_job_and_one_past_its_time_limit_resume_by_themselves(tmp_pat
     signal (it saves at a step and requeues itself, at most slurm.max_requeues times), each time
     resumed from the saved step, until it has trained every epoch and the sweep command ends."""
     sweep_dir = tmp_path / "sweep"
-    epochs = 8
+    # Enough training that the job outlives one 90-second allocation on an idle machine too.
+    epochs = 40
     command = one_job_command(
         sweep_dir,
         train_tsv,
@@ -247,7 +248,8 @@ def test_a_requeued_job_and_one_past_its_time_limit_resume_by_themselves(tmp_pat
         2,
         "hydra.launcher.signal_delay_s=30",
         "slurm.max_requeues=6",
-        "data.limit=1500",
+        "data.limit=3000",
+        "tokenizer.vocab_size=2000",
         f"trainer.max_epochs={epochs}",
         f"trainer.early_stopping_patience={epochs}",
     )
