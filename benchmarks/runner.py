@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.constants import LAYERS, REPO_ROOT, RUNS
-from benchmarks.processes import _kill, child_env, run_measured
+from benchmarks.processes import Finished, _kill, child_env, run_measured
 from benchmarks.projection import concurrent_throughput, fastest, gpu_projection, sweep_grid
 from benchmarks.reference import CPU_CLOCK_LAUNCHER, REFERENCE_ARCH, parse_reference_line
 from benchmarks.render import efficiency
@@ -88,18 +88,22 @@ class Bench:
             return None, done
         return json.loads(result_path.read_text()), done
 
+    def _add_process_figures(self, result: dict, done: Finished) -> None:
+        """The worker process's wall time and peak memory (the GPU's peak on a GPU run)."""
+        result.update(
+            wall_s=done.wall_s,
+            peak_rss_mb=done.peak_rss_mb,
+            peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb,
+        )
+
     def klue_tc_run(self, encoder: str, bucketing: bool) -> Optional[dict]:
         name = f"{encoder}-{'bucketed' if bucketing else 'notebook'}"
         self.say(f"{name}: training ({self.epochs} epoch(s), {self.limit or 'all'} titles) ...")
         result, done = self._worker(name, self.worker_spec(encoder, bucketing, name))
         if result is None:
             return None
-        result.update(
-            wall_s=done.wall_s,
-            peak_rss_mb=done.peak_rss_mb,
-            peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb,
-            monitor_samples_per_s=result["samples_per_s"],
-        )
+        self._add_process_figures(result, done)
+        result["monitor_samples_per_s"] = result["samples_per_s"]
         if self.clock == "cpu":
             result["samples_per_s"] = result["cpu_samples_per_s"]
         self.say(
@@ -116,12 +120,8 @@ class Bench:
         result, done = self._worker(name, {**self.worker_spec(encoder, True, name), "kind": "pretrain"})
         if result is None:
             return None
-        result.update(
-            wall_s=done.wall_s,
-            peak_rss_mb=done.peak_rss_mb,
-            peak_mb=result["cuda_peak_mb"] if self.gpu else done.peak_rss_mb,
-            samples_per_s=result[loop_key(self.clock)],
-        )
+        self._add_process_figures(result, done)
+        result["samples_per_s"] = result[loop_key(self.clock)]
         self.say(f"{name}: {result['samples_per_s']:.0f} titles/s, final MLM loss {result['final_loss']:.3f}")
         return result
 

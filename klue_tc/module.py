@@ -20,10 +20,11 @@ from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import ConfigError
 from klue_tc.models import build_classifier
-from klue_tc.models.masked_lm import MaskedLMHead
+from klue_tc.models.masked_lm import MaskedLMHead, masked_rows
 from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
 
+# The auxiliary masked-LM loss of fine-tuning: its rows rounded up to a multiple of 256 (masked_rows).
 MLM_ROW_BUCKET = 256
 
 log = logging.getLogger(__name__)
@@ -249,24 +250,12 @@ class TopicClassifierModule(L.LightningModule):
         if gather is None:
             gather = states.is_cpu
         if gather:
-            states, targets = self._masked_rows(states, targets, where)
+            states, targets = masked_rows(states, targets, where, MLM_ROW_BUCKET)
         # else every position is scored (the unmasked ones as ignored targets): picking the masked
         # rows needs their count on the host, a GPU sync every step, and the head is cheap there.
         scores = self.mlm_head(states, self.model.encoder.embeddings.tokens.weight)
         # Summed, then divided by at least 1: a batch with nothing masked adds 0 and keeps the graph.
         return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
-
-    @staticmethod
-    def _masked_rows(states: torch.Tensor, targets: torch.Tensor, where: torch.Tensor, bucket: int = MLM_ROW_BUCKET):
-        """The masked positions' rows, their count rounded up to a multiple of `bucket` (the
-        extra rows are ignored targets): on a CPU every new matrix shape gets its own oneDNN kernel,
-        kept in a cache of up to 1,024, and a new count every step grew a 10-epoch run to 6.6 GB."""
-        rows = where.nonzero().squeeze(1)
-        masked = len(rows)
-        rows = F.pad(rows, (0, -masked % bucket))
-        targets = targets[rows]
-        targets[masked:] = -100
-        return states[rows], targets
 
     def on_train_epoch_end(self) -> None:
         self.log_dict(self.train_metrics.compute())

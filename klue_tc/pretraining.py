@@ -34,9 +34,9 @@ from klue_tc.fingerprint import code_version
 from klue_tc.hardware import Device
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import MaskedLMHead
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, masked_rows
 from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
-from klue_tc.module import TopicClassifierModule, _any_of, corrupt_picked, lr_lambda, pick_tokens, warmup_steps
+from klue_tc.module import _any_of, corrupt_picked, lr_lambda, pick_tokens, warmup_steps
 from klue_tc.tokenizers import EncodedTitles, SpecialIds, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
 
@@ -49,11 +49,6 @@ MIN_WARMUP_STEPS = 8
 BUCKET_MULTIPLIER = 50
 # What the progress line calls each objective's loss (ELECTRA's: generator MLM + lambda x detection BCE).
 LOSS_NAMES = {"mlm": "MLM loss", "electra": "ELECTRA loss"}
-
-# The head's row count is rounded up to a multiple of this (TopicClassifierModule._masked_rows):
-# a few dozen shapes for oneDNN's kernel cache, where fine-tuning's 256 padded a batch of 256
-# titles' ~650 masked rows by a third (make bench counts the rows).
-HEAD_ROW_BUCKET = 64
 
 
 class MaskedBatch(NamedTuple):
@@ -130,7 +125,7 @@ class MaskedLanguageModel(nn.Module):
         where = picked.flatten()
         targets = original.flatten().masked_fill(~where, -100)
         # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
-        rows, targets = TopicClassifierModule._masked_rows(states, targets, where, HEAD_ROW_BUCKET)
+        rows, targets = masked_rows(states, targets, where, HEAD_ROW_BUCKET)
         scores = self.head(rows, self.encoder.embeddings.tokens.weight)
         return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
 

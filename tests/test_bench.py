@@ -209,6 +209,20 @@ def test_a_worker_trains_each_encoder_as_the_paper_sweeps_experiment_for_it(tmp_
     assert run_overrides(b.worker_spec("unswept", True, "unswept-bucketed"))[0] == "encoder=unswept"
 
 
+def tiny_cpu_settings(**changes) -> dict:
+    """A report's settings for one transformer on 50 titles, with the fields a test varies."""
+    settings = {
+        "data": "/x/train.tsv",
+        "limit": 50,
+        "epochs": 1,
+        "batch_size": 16,
+        "layers": 3,
+        "reference": None,
+        "encoders": ["transformer"],
+    }
+    return {**settings, **changes}
+
+
 def test_fmt_helpers():
     assert bench.fmt(None) == bench.DASH and bench.fmt(float("nan")) == bench.DASH
     assert bench.fmt(2.345, ".2f", "x") == "2.35x"
@@ -218,17 +232,7 @@ def test_fmt_helpers():
 
 def test_render_has_table_footnotes_and_targets():
     report = {
-        "settings": {
-            "data": "/x/train.tsv",
-            "limit": 50,
-            "epochs": 1,
-            "batch_size": 16,
-            "layers": 3,
-            "threads": 2,
-            "device": "CPU (2 cores available, 2 torch threads)",
-            "reference": None,
-            "encoders": ["transformer"],
-        },
+        "settings": tiny_cpu_settings(threads=2, device="CPU (2 cores available, 2 torch threads)"),
         "results": [
             {
                 "encoder": "transformer",
@@ -562,18 +566,7 @@ def test_pretraining_row_ratio_gflops_and_target():
 
 def test_render_shows_the_pretraining_table_and_the_peak():
     report = {
-        "settings": {
-            "data": "/x/train.tsv",
-            "limit": 50,
-            "epochs": 1,
-            "batch_size": 16,
-            "layers": 3,
-            "threads": 1,
-            "device": "CPU",
-            "reference": None,
-            "encoders": ["transformer"],
-            "clock": "cpu",
-        },
+        "settings": tiny_cpu_settings(threads=1, device="CPU", clock="cpu"),
         "results": [_pretrain_result("transformer", 200.0, 170.0)],
         "peak": PEAK,
         "overhead": {},

@@ -26,27 +26,33 @@ def test_ranks_share_out_every_batch_and_take_training_steps_together():
     assert sorted(titles) == list(range(101))  # validation scores every title exactly once
 
 
-@pytest.mark.slow
-def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
-    run_dir = tmp_path / "run"
+def run_on_two_cpu_devices(tmp_path, headlines_tsv, *overrides: str):
+    """One tiny fold on two CPU processes; the timeout turns a rank waiting forever into a failure."""
     done = run_cli(
         [
             "+experiment=transformer",
             f"data.path={headlines_tsv}",
             "cv.folds=2",
             "cv.fold=0",
-            "trainer.max_epochs=2",
             "encoder.layers=1",
             "logger=none",
             "trainer.devices=2",
+            *overrides,
             f"results.dir={tmp_path / 'results'}",
-            f"hydra.run.dir={run_dir}",
+            f"hydra.run.dir={tmp_path / 'run'}",
             *TINY_MODEL,
         ],
         cwd=tmp_path,
-        timeout=420,  # before ranks were told apart, the second rank waited for rank 0's fold lock forever
+        timeout=420,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done, tmp_path / "run"
+
+
+@pytest.mark.slow
+def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
+    # Before ranks were told apart, the second rank waited for rank 0's fold lock forever.
+    done, run_dir = run_on_two_cpu_devices(tmp_path, headlines_tsv, "trainer.max_epochs=2")
     out = done.stdout + done.stderr
     assert "being trained by another job" not in out
     assert out.count("epoch 2/2") == 1  # one rank reports
@@ -60,30 +66,17 @@ def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
 
 @pytest.mark.slow
 def test_two_cpu_devices_pretrain_once_on_rank_0_and_both_ranks_start_from_its_encoder(tmp_path, headlines_tsv):
-    run_dir = tmp_path / "run"
-    done = run_cli(
-        [
-            "+experiment=transformer",
-            f"data.path={headlines_tsv}",
-            "cv.folds=2",
-            "cv.fold=0",
-            "trainer.max_epochs=1",
-            "encoder.layers=1",
-            "logger=none",
-            "trainer.accelerator=cpu",
-            "trainer.devices=2",
-            "trainer.strategy=ddp",
-            "pretrain=mlm",
-            "pretrain.max_steps=3",
-            "pretrain.batch_size=16",
-            f"results.dir={tmp_path / 'results'}",
-            f"hydra.run.dir={run_dir}",
-            *TINY_MODEL,
-        ],
-        cwd=tmp_path,
-        timeout=420,  # before the other rank waited for rank 0's encoder, it waited for a tokenizer never fitted
+    # Before the other rank waited for rank 0's encoder, it waited for a tokenizer never fitted.
+    done, run_dir = run_on_two_cpu_devices(
+        tmp_path,
+        headlines_tsv,
+        "trainer.max_epochs=1",
+        "trainer.accelerator=cpu",
+        "trainer.strategy=ddp",
+        "pretrain=mlm",
+        "pretrain.max_steps=3",
+        "pretrain.batch_size=16",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
     assert out.count("pretraining step 3/3") == 1  # one rank pretrains, once
     [stored] = (tmp_path / "pretrained").iterdir()

@@ -240,10 +240,9 @@ def worker_pids(launcher: int) -> list[int]:
     return pids
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
-def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_finishes_it(tmp_path):
-    from test_sweeps import records, sweep_command, sweep_env
+def start_two_job_parallel_sweep(tmp_path):
+    """Two 3-epoch smoke jobs on two CPU workers, started in the background with their log in first.log."""
+    from test_sweeps import sweep_command, sweep_env
 
     sweep_dir = tmp_path / "sweep"
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30))
@@ -265,6 +264,15 @@ def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_
     log = tmp_path / "first.log"
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return sweep_dir, command, env, log, process
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
+def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_finishes_it(tmp_path):
+    from test_sweeps import records
+
+    sweep_dir, command, env, log, process = start_two_job_parallel_sweep(tmp_path)
     try:
         wait_for(log, "epoch 1/3", process)
         workers = worker_pids(process.pid)
@@ -315,28 +323,9 @@ def test_the_parallel_launcher_reports_an_interrupted_or_lost_job_as_failed():
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
 def test_sigterm_to_the_parallel_launcher_stops_every_job_at_a_step_and_the_rerun_resumes_them(tmp_path):
-    from test_sweeps import records, sweep_command, sweep_env
+    from test_sweeps import records
 
-    sweep_dir = tmp_path / "sweep"
-    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30))
-    command = sweep_command(
-        "smoke",
-        sweep_dir,
-        data,
-        "+experiment=transformer",
-        "encoder.layers=2",
-        "data.limit=null",
-        "logger=none",
-        "trainer.accelerator=cpu",
-        "trainer.max_epochs=3",
-        "hydra/launcher=parallel",
-        "hydra.launcher.gpus=[]",
-        "hydra.launcher.n_jobs=2",
-    )
-    env = sweep_env(tmp_path)
-    log = tmp_path / "first.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    sweep_dir, command, env, log, process = start_two_job_parallel_sweep(tmp_path)
     try:
         wait_for(log, "epoch 1/3", process)
         process.send_signal(signal.SIGTERM)  # to the launcher alone: it passes the stop on to its workers

@@ -330,14 +330,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
         torch.testing.assert_close(resumed[name], tensor, msg=name)
 
 
-@pytest.mark.parametrize("encoder", ENCODERS)
-def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_path, encoder):
-    run, corpus = tiny_pretraining(tmp_path, f"+experiment={encoder}", "pretrain.max_steps=3")
-    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
-    stored = ensure_pretrained(run, CPU, corpus, store, cache, None)
-    weights = torch.load(stored.weights, weights_only=True)
-    torch.manual_seed(run.seed)
-    initial = new_masked_lm(run, stored.tokenizer).encoder.state_dict()
+def assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial) -> None:
     changed = [name for name in weights if not torch.equal(weights[name], initial[name])]
     assert any("sublayers.1" in name for name in changed)  # the FFN / BLSTM / conv sublayer learned too
     module = TopicClassifierModule.from_configs(
@@ -347,6 +340,17 @@ def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_pa
     loaded = module.model.encoder.state_dict()
     assert loaded.keys() == weights.keys()
     assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_path, encoder):
+    run, corpus = tiny_pretraining(tmp_path, f"+experiment={encoder}", "pretrain.max_steps=3")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    stored = ensure_pretrained(run, CPU, corpus, store, cache, None)
+    weights = torch.load(stored.weights, weights_only=True)
+    torch.manual_seed(run.seed)
+    initial = new_masked_lm(run, stored.tokenizer).encoder.state_dict()
+    assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial)
 
 
 @pytest.mark.parametrize("tokenizer", ["mecab", "kobert"])
@@ -502,8 +506,11 @@ def test_the_electra_loss_is_the_generators_plus_lambda_times_the_detection_loss
         return bce(logits, labels)
 
     monkeypatch.setattr("klue_tc.models.replaced_token_detection.F.binary_cross_entropy_with_logits", spy)
+    head_rows = []
+    model.generator_head.register_forward_hook(lambda head, args, out: head_rows.append(len(args[0])))
     loss = model(ids, ids, picked, torch.Generator().manual_seed(2))
     [(logits, labels)] = detections
+    assert head_rows == [int(MaskedBatch(ids, picked).head_rows())]  # the masked LM's bucket, not fine-tuning's
     assert len(logits) == ids.ne(SPECIALS.cls).logical_and(ids.ne(SPECIALS.sep)).sum()  # every real token
     assert labels.sum() <= picked.sum()  # only picked positions can be replaced
     states = model.generator(ids, ids.eq(tokenizer.specials.pad))
@@ -528,11 +535,4 @@ def test_every_encoder_pretrains_with_electra_and_only_its_encoder_is_stored(tmp
     torch.manual_seed(run.seed)
     initial = new_replaced_token_detector(run, stored.tokenizer).encoder.state_dict()
     assert weights.keys() == initial.keys()  # the discriminator's encoder alone: no generator, no detector
-    changed = [name for name in weights if not torch.equal(weights[name], initial[name])]
-    assert any("sublayers.1" in name for name in changed)  # the FFN / BLSTM / conv sublayer learned too
-    module = TopicClassifierModule.from_configs(
-        stored.tokenizer.vocab_size, stored.tokenizer.specials, run.encoder, run.head, run.optim, run.augment
-    )
-    load_pretrained_encoder(module.model, stored)
-    loaded = module.model.encoder.state_dict()
-    assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+    assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial)

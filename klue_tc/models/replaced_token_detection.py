@@ -13,8 +13,8 @@ from torch.nn import functional as F
 
 from klue_tc.config import ElectraConfig, EncoderConfig
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import MaskedLMHead
-from klue_tc.module import TopicClassifierModule, _any_of
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, masked_rows
+from klue_tc.module import _any_of
 from klue_tc.registry import ENCODERS
 from klue_tc.tokenizers import SpecialIds
 
@@ -118,7 +118,7 @@ class ReplacedTokenDetection(nn.Module):
         where = picked.flatten()
         targets = original.flatten().masked_fill(~where, -100)
         # The vocabulary projection at the picked rows only (and a few ignored ones of the bucket).
-        rows, targets = TopicClassifierModule._masked_rows(states, targets, where)
+        rows, targets = masked_rows(states, targets, where, HEAD_ROW_BUCKET)
         scores = self.generator_head(rows, self.encoder.embeddings.tokens.weight)
         count = int(where.sum())
         generator_loss = F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / max(count, 1)
