@@ -1,12 +1,13 @@
-"""TF-IDF character n-gram + linear SVM baseline on the same fold and validation file as a run.
+"""TF-IDF character n-gram + linear SVM baseline (or NB-SVM) on the same fold and validation file as a run.
 
     python scripts/tfidf_baseline.py --train TRAIN.tsv --validation VAL.tsv [--folds 5 --fold 0 --seed 42]
-        [--inner-fraction 0.1] [--run RUN_DIR] [--untuned]
+        [--inner-fraction 0.1] [--run RUN_DIR] [--untuned | --baseline nbsvm]
 
 Prints fold-validation and validation macro-F1, for comparison with `python -m klue_tc` on the
 same split (`cv.folds`, `cv.fold`, `cv.seed`, `cv.inner_fraction`): trained on the same titles as
 the run (the training fold less its inner split), C chosen on that inner split as the run chose its
-epoch (--untuned: scikit-learn's defaults, nothing chosen). With --run, also scores that run's checkpoints on
+epoch (--untuned: scikit-learn's defaults, nothing chosen; --baseline nbsvm: NB-SVM on binarised
+character n-grams, its C and beta chosen the same way). With --run, also scores that run's checkpoints on
 the validation titles and gives the paired bootstrap interval of (run - baseline) macro-F1 (on a
 few thousand titles one model's F1 moves by about half a point from sampling alone), how the
 titles split by which model is right, and both models' F1 on each quarter of the titles ordered by
@@ -17,7 +18,7 @@ import argparse
 
 from sklearn.metrics import f1_score
 
-from klue_tc.baseline import baseline_pipeline, fit_choosing_c
+from klue_tc.baseline import NB_SVM, TFIDF_SVM, baseline_pipeline, fit_choosing_c
 from klue_tc.data import inner_split, read_labelled_file, stratified_folds
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.inference import ensemble_probs
@@ -28,6 +29,8 @@ from research_stats import (
     nearest_title_similarity,
     paired_bootstrap_f1_difference,
 )
+
+BASELINES = {"tfidf": TFIDF_SVM, "nbsvm": NB_SVM}
 
 
 def main() -> None:
@@ -46,7 +49,13 @@ def main() -> None:
         action="store_true",
         help="scikit-learn's defaults (char 1-3-grams, raw tf, min_df 1, C=1) instead of the tuned baseline",
     )
+    parser.add_argument(
+        "--baseline", choices=sorted(BASELINES), default="tfidf", help="tfidf: TF-IDF + linear SVM; nbsvm: NB-SVM"
+    )
     args = parser.parse_args()
+    if args.untuned and args.baseline != "tfidf":
+        parser.error("--untuned is TF-IDF + SVM's scikit-learn defaults: it takes no --baseline")
+    baseline = BASELINES[args.baseline]
     try:  # a bad run directory or file fails before the baseline trains
         run_records = fold_records(args.run) if args.run else None
         data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
@@ -62,13 +71,14 @@ def main() -> None:
         model, chosen = baseline_pipeline(untuned=True).fit(train_texts, data.labels[train_idx[fit]]), ""
     else:
         model, picked = fit_choosing_c(
-            [data.texts[i] for i in train_idx], data.labels[train_idx], args.inner_fraction, args.seed
+            [data.texts[i] for i in train_idx], data.labels[train_idx], args.inner_fraction, args.seed, None, baseline
         )
-        chosen = f" (C={picked['C']:g}, chosen on the inner split, its F1 {picked['inner_f1']:.4f})"
+        setting = f"{baseline.setting_name}={baseline.describe(picked['C'])}"
+        chosen = f" ({setting}, chosen on the inner split, its F1 {picked['inner_f1']:.4f})"
     fold_f1 = f1_score(data.labels[fold_idx], model.predict([data.texts[i] for i in fold_idx]), average="macro")
     baseline_predicted = model.predict(validation.texts)
     val_f1 = f1_score(validation.labels, baseline_predicted, average="macro")
-    baseline_name = "tfidf-char(1-3)+LinearSVC" + (" (scikit-learn defaults)" if args.untuned else "")
+    baseline_name = baseline.name + (" (scikit-learn defaults)" if args.untuned else "")
     print(f"{baseline_name}{chosen}: fold {args.fold} macro-F1 {fold_f1:.4f}; validation macro-F1 {val_f1:.4f}")
     if run_records:
         run_predicted = ensemble_probs(run_records, validation.texts).argmax(1)

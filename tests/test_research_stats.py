@@ -88,8 +88,8 @@ def test_macro_f1_by_quantile_scores_each_model_on_each_slice_of_the_ordered_tit
     assert all(a["high"] <= b["low"] for a, b in zip(rows, rows[1:]))
 
 
-@pytest.mark.parametrize("untuned", [False, True])
-def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, untuned):
+@pytest.mark.parametrize("option", ["", "--untuned", "--baseline=nbsvm"])
+def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, option):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=8, seed=1))
     done = run_python(
@@ -99,12 +99,14 @@ def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path,
             str(train),
             "--validation",
             str(validation),
-            *(["--untuned"] if untuned else []),
+            *([option] if option else []),
         ],
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip().splitlines()[-1]
-    assert ("(scikit-learn defaults)" in line) == untuned
+    assert ("(scikit-learn defaults)" in line) == (option == "--untuned")
+    assert line.startswith("NB-SVM" if "nbsvm" in option else "TF-IDF")
+    assert ("C/beta=" in line) == ("nbsvm" in option)  # NB-SVM chose its C and beta on the inner split
     fold_f1, validation_f1 = map(float, re.findall(r"macro-F1 (\d\.\d+)", line))
     assert fold_f1 > 0.8 and validation_f1 > 0.8  # the topic words decide the class; chance is 1/7
