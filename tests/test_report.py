@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,15 @@ def offline_wandb(tmp_path: Path, monkeypatch) -> None:
         monkeypatch.setenv(name, str(path))
 
 
+def offline_run_bytes_once_written(path: Path, key: str, timeout_s: float = 30.0) -> bytes:
+    """The offline run file once `key` is in it (or at the timeout): W&B's service process writes
+    the file after run.finish() returns (under load the log was still empty for up to half a second)."""
+    deadline = time.monotonic() + timeout_s
+    while key.encode() not in (content := path.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return content
+
+
 def test_wandb_offline_run_holds_the_table(sweep_dir: Path, offline_wandb, caplog):
     # The sweep callback passes the logger's DictConfig as it is.
     wandb_cfg = OmegaConf.create({"project": "klue_tc_test", "entity": None, "mode": "offline", "group": None})
@@ -203,7 +213,7 @@ def test_wandb_offline_run_holds_the_table(sweep_dir: Path, offline_wandb, caplo
     runs = list((sweep_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     # A W&B failure is only a warning in write_report; show it if the run is missing.
     assert len(runs) == 1, caplog.text
-    assert TABLE_KEY.encode() in runs[0].read_bytes()
+    assert TABLE_KEY.encode() in offline_run_bytes_once_written(runs[0], TABLE_KEY)
     assert (sweep_dir / "report.md").is_file()
 
 
