@@ -106,6 +106,22 @@ def _handle(signum: int, frame) -> None:
         raise JobInterrupted(signum, "again: stopped at once, from the training state saved last")
 
 
+def _remember(signum: int, frame) -> None:
+    if _state.signum is None:
+        _state.signum, _state.at = signum, time.monotonic()
+
+
+def remember_between_jobs() -> None:
+    """A process that runs jobs one after another (a parallel launcher's worker): a stop signal
+    that comes while it waits for its next job is remembered, so that job stops before it begins
+    (stop_on_signal), and neither kills the process nor raises. Either would end it inside the
+    pool's queue read with the queue's lock held, and the launcher would wait for it forever."""
+    if sys.platform == "win32":
+        return
+    for signum in stop_signals():
+        signal.signal(signum, _remember)
+
+
 def install() -> None:
     """(Re)install the handlers: Lightning's fit puts its own SIGTERM handler in front of them."""
     if sys.platform == "win32":

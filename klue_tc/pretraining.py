@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from klue_tc import interrupts
 from klue_tc.config import RunConfig, keyed_settings
 from klue_tc.corpus import Corpus
 from klue_tc.data import NUM_CLASSES
@@ -284,8 +285,8 @@ def pretrain_encoder(
     on_step: Optional[StepHook] = None,
 ) -> tuple[dict, int, float]:
     """Steps of the objective (masked LM or ELECTRA) over `encoded`; the resumable state is written
-    to `state_path` every `pretrain.save_every_steps` steps, and a run that finds one there goes on
-    from it.
+    to `state_path` every `pretrain.save_every_steps` steps and at the step a stop signal comes
+    (then JobInterrupted), and a run that finds one there goes on from it.
     Returns the encoder's state dict (on the CPU), the steps taken and the last loss."""
     cfg = run.pretrain
     bf16 = "bf16" in device.precision
@@ -306,30 +307,38 @@ def pretrain_encoder(
     )
     model.train()
     loss = torch.tensor(float("nan"))
-    while step < total:
-        epoch, done_in_epoch = divmod(step, per_epoch)
-        sampler.set_epoch(epoch)
-        for indices in itertools.islice(iter(sampler), done_in_epoch, None):
-            original = batches[indices]["input_ids"].to(on, non_blocking=True)
-            if starts is None:
-                picked = pick_tokens(original, specials, cfg.mask_p, 0, generator)
-            else:
-                picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
-            shown = corrupt_picked(original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator)
-            with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = model(shown, original, picked, generator)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            if on_step is not None:
-                on_step(step, total, loss.detach(), MaskedBatch(original, picked))
-            if step == total:
-                break
-            if step % cfg.save_every_steps == 0:
-                _save_state(state_path, step, model, optimizer, scheduler, generator)
+    with interrupts.at_step_boundaries():
+        while step < total:
+            epoch, done_in_epoch = divmod(step, per_epoch)
+            sampler.set_epoch(epoch)
+            for indices in itertools.islice(iter(sampler), done_in_epoch, None):
+                original = batches[indices]["input_ids"].to(on, non_blocking=True)
+                if starts is None:
+                    picked = pick_tokens(original, specials, cfg.mask_p, 0, generator)
+                else:
+                    picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
+                shown = corrupt_picked(
+                    original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator
+                )
+                with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
+                    loss = model(shown, original, picked, generator)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                if on_step is not None:
+                    on_step(step, total, loss.detach(), MaskedBatch(original, picked))
+                if step == total:
+                    break
+                stop = interrupts.requested()  # a scheduler's SIGTERM: saved at this step, not the last save
+                if step % cfg.save_every_steps == 0 or stop is not None:
+                    _save_state(state_path, step, model, optimizer, scheduler, generator)
+                if stop is not None:
+                    raise interrupts.JobInterrupted(
+                        stop, f"in pretraining, at step {step} of {total}: its state is saved in {state_path}"
+                    )
     weights = {name: tensor.detach().cpu() for name, tensor in model.encoder.state_dict().items()}
     return weights, step, float(loss.detach())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
-from jobs import run_in_process
+from jobs import run_in_process, run_python
 from klue_tc import interrupts
 
 
@@ -240,8 +240,9 @@ def worker_pids(launcher: int) -> list[int]:
     return pids
 
 
-def start_two_job_parallel_sweep(tmp_path):
-    """Two 3-epoch smoke jobs on two CPU workers, started in the background with their log in first.log."""
+def start_two_job_parallel_sweep(tmp_path, *extra: str):
+    """Two 3-epoch smoke jobs (folds 0 and 1) on two CPU workers, started in the background with
+    their log in first.log; `extra` overrides go last (`cv.fold=0`: only the first job)."""
     from test_sweeps import sweep_command, sweep_env
 
     sweep_dir = tmp_path / "sweep"
@@ -259,6 +260,7 @@ def start_two_job_parallel_sweep(tmp_path):
         "hydra/launcher=parallel",
         "hydra.launcher.gpus=[]",
         "hydra.launcher.n_jobs=2",
+        *extra,
     )
     env = sweep_env(tmp_path)
     log = tmp_path / "first.log"
@@ -318,6 +320,48 @@ def test_the_parallel_launcher_reports_an_interrupted_or_lost_job_as_failed():
     line = SweepProgress(2).line(3, 0.0, False, failed=True)
     assert line.startswith("sweep: job #3 FAILED, 1/2 done")
     assert failure_summary({3: why}, 2).startswith("sweep: 1 of 2 jobs failed (#3: interrupted by SIGTERM")
+
+
+def test_a_stop_signal_between_jobs_is_remembered_and_stops_the_next_job_before_it_begins():
+    # In a process of its own: pytest's signal handlers stay as they are.
+    done = run_python(
+        [
+            "-c",
+            "import os, signal\n"
+            "from klue_tc import interrupts\n"
+            "interrupts.remember_between_jobs()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "try:\n"
+            "    with interrupts.stop_on_signal():\n"
+            "        print('the job ran')\n"
+            "except interrupts.JobInterrupted as stop:\n"
+            "    print(stop.line())\n",
+        ],
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr  # the waiting process lives on
+    assert "interrupted by SIGTERM before this job began" in done.stdout and "the job ran" not in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
+def test_sigterm_while_a_worker_waits_for_a_job_still_ends_the_sweep(tmp_path):
+    # Fold 0 finishes first, so in the second sweep its worker only finds it finished and waits;
+    # a stop signal once killed that waiting worker inside the job queue's read, and the launcher
+    # then waited for it forever.
+    first_sweep_dir, command, env, log, process = start_two_job_parallel_sweep(tmp_path, "cv.fold=0")
+    assert process.wait(timeout=300) == 0, log.read_text()[-3000:]
+    _, _, _, log, process = start_two_job_parallel_sweep(tmp_path)
+    try:
+        wait_for(log, "epoch 1/3", process)
+        assert "1 found finished" in log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=300) == 143
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert log.read_text().strip().splitlines()[-1].startswith("interrupted by SIGTERM with 1 of 2 jobs finished")
+    assert not worker_pids(process.pid)
 
 
 @pytest.mark.slow

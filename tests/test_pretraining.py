@@ -330,6 +330,34 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
         torch.testing.assert_close(resumed[name], tensor, msg=name)
 
 
+def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from_it(tmp_path, monkeypatch):
+    import signal
+
+    from klue_tc import interrupts
+
+    monkeypatch.setattr(interrupts._state, "signum", None)
+    monkeypatch.setattr(interrupts._state, "at_step_boundary", False)
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=6")
+    assert run.pretrain.save_every_steps > 6  # no periodic save: the signal alone writes the state
+    tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
+    whole, _, _ = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
+
+    def sigterm_during_step_3(step, total, loss, batch):
+        if step == 3:
+            interrupts._handle(signal.SIGTERM, None)  # what the handler does when a scheduler stops the job
+
+    state = tmp_path / "resume.pt"
+    with pytest.raises(interrupts.JobInterrupted, match=r"in pretraining, at step 3 of 6: its state is saved"):
+        pretrain_encoder(run, CPU, tokenizer, encoded, state, sigterm_during_step_3)
+    assert torch.load(state, weights_only=False)["step"] == 3
+    monkeypatch.setattr(interrupts._state, "signum", None)  # the rerun is a new process
+    resumed, steps, _ = pretrain_encoder(run, CPU, tokenizer, encoded, state)
+    assert steps == 6
+    for name, tensor in whole.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
 def assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial) -> None:
     changed = [name for name in weights if not torch.equal(weights[name], initial[name])]
     assert any("sublayers.1" in name for name in changed)  # the FFN / BLSTM / conv sublayer learned too

@@ -23,6 +23,8 @@ from hydra.core.utils import run_job, setup_globals
 from hydra.errors import CompactHydraException
 from omegaconf import open_dict
 
+from klue_tc import interrupts
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -109,6 +111,7 @@ def pin_worker(free_slots: Any) -> None:
     """Runs once in each new worker, before its first job: takes a slot and pins the process to it.
     An OMP_NUM_THREADS (or MKL_...) set by the user is kept, as joblib keeps it."""
     end_with_the_launcher()
+    interrupts.remember_between_jobs()
     slot = free_slots.get()
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.gpu
