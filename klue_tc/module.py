@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, astuple, fields
-from functools import reduce
+from dataclasses import asdict, fields
 from typing import Any, Optional, Sequence
 
 import lightning as L
@@ -19,8 +18,9 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from klue_tc.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import ConfigError
+from klue_tc.masking import corrupt_picked, masking_probability, pick_tokens
 from klue_tc.models import build_classifier
-from klue_tc.models.masked_lm import MaskedLMHead, masked_rows
+from klue_tc.models.masked_lm import MaskedLMHead
 from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
 
@@ -42,55 +42,6 @@ def _metrics(prefix: str, num_classes: int) -> MetricCollection:
         },
         prefix=prefix,
     )
-
-
-def _any_of(ids: torch.Tensor, values: tuple[int, ...]) -> torch.Tensor:
-    """Where `ids` holds one of `values`. Compared id by id: a tensor of the values built here
-    would be a host-to-GPU copy every training step."""
-    return reduce(torch.logical_or, (ids.eq(value) for value in values))
-
-
-def masking_probability(p: float, p_end: float | None, progress: float) -> float:
-    """The masking probability `progress` (0 to 1) of the way through training: `p` throughout, or
-    falling linearly from `p` to `p_end`."""
-    return p if p_end is None else p + (p_end - p) * min(1.0, max(0.0, progress))
-
-
-def pick_tokens(
-    input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """Which tokens the original study's augmentation hides: in titles of at least `min_len`
-    tokens, each real non-special token with probability p."""
-    real = ~_any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
-    long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
-    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
-    return real & long_enough & draw
-
-
-def corrupt_picked(
-    input_ids: torch.Tensor,
-    picked: torch.Tensor,
-    specials: SpecialIds,
-    vocab_size: int,
-    random_share: float = 0.0,
-    keep_share: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """The picked tokens as training shows them: all [MASK] (the original study), or BERT's
-    scheme: `random_share` of them a random piece, `keep_share` as they were, the rest [MASK]."""
-    if random_share == 0 and keep_share == 0:
-        # No further draws, so the original study's scheme keeps the random stream it always had.
-        return input_ids.masked_fill(picked, specials.mask)
-    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
-    random_ids = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
-    # A special id drawn as the random piece would pad, frame or mask the title; the token stays.
-    drawn_special = _any_of(random_ids, astuple(specials))
-    shown = torch.where(
-        draw < random_share,
-        torch.where(drawn_special, input_ids, random_ids),
-        torch.where(draw < random_share + keep_share, input_ids, specials.mask),
-    )
-    return torch.where(picked, shown, input_ids)
 
 
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
@@ -242,20 +193,12 @@ class TopicClassifierModule(L.LightningModule):
         self, states: torch.Tensor, original_ids: torch.Tensor, picked: torch.Tensor, gather: Optional[bool] = None
     ) -> torch.Tensor:
         """Cross-entropy of the original tokens at the picked positions (under [MASK], a random
-        piece or themselves), scored only there. `gather` (default: on a CPU) runs the head on
-        those rows only."""
-        where = picked.flatten()
-        targets = original_ids.flatten().masked_fill(~where, -100)
-        states = states.flatten(0, 1)
+        piece or themselves). `gather` (default: on a CPU) runs the head on those rows only."""
         if gather is None:
             gather = states.is_cpu
-        if gather:
-            states, targets = masked_rows(states, targets, where, MLM_ROW_BUCKET)
-        # else every position is scored (the unmasked ones as ignored targets): picking the masked
-        # rows needs their count on the host, a GPU sync every step, and the head is cheap there.
-        scores = self.mlm_head(states, self.model.encoder.embeddings.tokens.weight)
-        # Summed, then divided by at least 1: a batch with nothing masked adds 0 and keeps the graph.
-        return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
+        token_embedding = self.model.encoder.embeddings.tokens.weight
+        loss, _ = self.mlm_head.loss(states, token_embedding, original_ids, picked, MLM_ROW_BUCKET if gather else None)
+        return loss
 
     def on_train_epoch_end(self) -> None:
         self.log_dict(self.train_metrics.compute())

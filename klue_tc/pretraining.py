@@ -22,7 +22,6 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from klue_tc import interrupts
 from klue_tc.config import RunConfig, keyed_settings
@@ -33,12 +32,13 @@ from klue_tc.errors import ConfigError
 from klue_tc.files import atomic_write, atomic_write_json, exclusive_lock
 from klue_tc.fingerprint import code_version
 from klue_tc.hardware import Device
+from klue_tc.masking import corrupt_picked, pick_tokens, pick_whole_words
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, masked_rows
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, round_up
 from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
-from klue_tc.module import _any_of, corrupt_picked, lr_lambda, pick_tokens, warmup_steps
-from klue_tc.tokenizers import EncodedTitles, SpecialIds, Tokenizer, TokenizerCache, load_tokenizer
+from klue_tc.module import lr_lambda, warmup_steps
+from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,7 @@ class MaskedBatch(NamedTuple):
 
     def head_rows(self) -> torch.Tensor:
         """The rows the masked-LM head scores (a tensor: reading it would wait for the device)."""
-        masked = self.picked.sum()
-        return masked + (-masked) % HEAD_ROW_BUCKET
+        return round_up(self.picked.sum(), HEAD_ROW_BUCKET)
 
 
 StepHook = Callable[[int, int, torch.Tensor, MaskedBatch], None]  # (step done, total steps, loss, batch)
@@ -97,18 +96,6 @@ def word_start_table(tokenizer: Tokenizer) -> torch.Tensor:
     return table
 
 
-def pick_whole_words(
-    input_ids: torch.Tensor, specials: SpecialIds, starts: torch.Tensor, p: float, generator: torch.Generator
-) -> torch.Tensor:
-    """Whole words picked with probability p: every piece takes the draw of its word's first piece."""
-    real = ~_any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
-    begins = starts[input_ids] | ~real
-    positions = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
-    word_start = torch.where(begins, positions, 0).cummax(dim=1).values
-    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
-    return real & (draw.gather(1, word_start) < p)
-
-
 class MaskedLanguageModel(nn.Module):
     """The classifier's encoder with a tied masked-LM head that scores only the picked positions."""
 
@@ -122,13 +109,10 @@ class MaskedLanguageModel(nn.Module):
     ) -> torch.Tensor:
         """The masked-LM loss; `rng` is unused (the masked LM draws nothing), taken as
         ReplacedTokenDetection takes it so that one loop drives both."""
-        states = self.encoder(shown, shown.eq(self.pad_id)).flatten(0, 1)
-        where = picked.flatten()
-        targets = original.flatten().masked_fill(~where, -100)
+        states = self.encoder(shown, shown.eq(self.pad_id))
         # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
-        rows, targets = masked_rows(states, targets, where, HEAD_ROW_BUCKET)
-        scores = self.head(rows, self.encoder.embeddings.tokens.weight)
-        return F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / where.sum().clamp(min=1)
+        loss, _ = self.head.loss(states, self.encoder.embeddings.tokens.weight, original, picked, HEAD_ROW_BUCKET)
+        return loss
 
 
 def new_masked_lm(run: RunConfig, tokenizer: Tokenizer) -> MaskedLanguageModel:

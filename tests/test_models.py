@@ -11,10 +11,11 @@ from klue_tc.config import (
     LayerNormPlacement,
     PositionKind,
 )
+from klue_tc.masking import corrupt_picked, masking_probability, pick_tokens
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import MLM_ROW_BUCKET, corrupt_picked, lr_lambda, masking_probability, pick_tokens
+from klue_tc.module import MLM_ROW_BUCKET, lr_lambda
 from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
 

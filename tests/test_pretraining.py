@@ -20,13 +20,14 @@ from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources,
 from klue_tc.data import LabelledTitles, read_unlabelled_file
 from klue_tc.errors import ConfigError, DataError
 from klue_tc.hardware import Device
+from klue_tc.masking import corrupt_picked, pick_tokens, pick_whole_words
 from klue_tc.models.replaced_token_detection import (
     ReplacedTokenDetection,
     generator_config,
     replaced_token_labels,
     sample_tokens,
 )
-from klue_tc.module import TopicClassifierModule, corrupt_picked, pick_tokens
+from klue_tc.module import TopicClassifierModule
 from klue_tc.pretraining import (
     HEAD_ROW_BUCKET,
     MaskedBatch,
@@ -36,7 +37,6 @@ from klue_tc.pretraining import (
     load_pretrained_encoder,
     new_masked_lm,
     new_replaced_token_detector,
-    pick_whole_words,
     pretrain_encoder,
     word_start_table,
 )

@@ -12,9 +12,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from klue_tc.config import ElectraConfig, EncoderConfig
+from klue_tc.masking import any_of
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, masked_rows
-from klue_tc.module import _any_of
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead
 from klue_tc.registry import ENCODERS
 from klue_tc.tokenizers import SpecialIds
 
@@ -114,16 +114,13 @@ class ReplacedTokenDetection(nn.Module):
         specials: SpecialIds = self.specials
         never = (specials.pad, specials.cls, specials.sep, specials.mask)
         padding = shown.eq(specials.pad)
-        states = self.generator(shown, padding).flatten(0, 1)
-        where = picked.flatten()
-        targets = original.flatten().masked_fill(~where, -100)
+        states = self.generator(shown, padding)
         # The vocabulary projection at the picked rows only (and a few ignored ones of the bucket).
-        rows, targets = masked_rows(states, targets, where, HEAD_ROW_BUCKET)
-        scores = self.generator_head(rows, self.encoder.embeddings.tokens.weight)
-        count = int(where.sum())
-        generator_loss = F.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="sum") / max(count, 1)
+        token_embedding = self.encoder.embeddings.tokens.weight
+        generator_loss, scores = self.generator_head.loss(states, token_embedding, original, picked, HEAD_ROW_BUCKET)
+        count = int(picked.sum())
         replaced, labels = replaced_token_labels(original, picked, sample_tokens(scores, never, rng)[:count])
-        real = ~_any_of(original, never)
+        real = ~any_of(original, never)
         logits = self.detector(self.encoder(replaced, padding)).squeeze(-1)
         detection_loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real].float())
         return generator_loss + self.weight * detection_loss
