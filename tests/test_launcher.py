@@ -19,7 +19,15 @@ from omegaconf import OmegaConf
 from test_sweeps import compose_sweep, records, run_sweep, sweep_command, sweep_env
 
 from conftest import REPO
-from hydra_plugins.klue_tc_launcher._workers import LauncherConfigError, Slot, describe, visible_gpus, worker_slots
+from hydra_plugins.klue_tc_launcher._workers import (
+    THREAD_VARS,
+    LauncherConfigError,
+    Slot,
+    describe,
+    thread_settings,
+    visible_gpus,
+    worker_slots,
+)
 
 
 def test_two_gpus_three_jobs_each_is_six_workers_three_per_gpu():
@@ -176,6 +184,33 @@ def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headli
     assert sorted(env.CUDA_VISIBLE_DEVICES for env in seen) == ["0", "1"]
     threads = os.environ.get("OMP_NUM_THREADS", str(max(1, cpu_count() // 2)))
     assert {env.OMP_NUM_THREADS for env in seen} == {threads}
+
+
+def test_a_users_omp_num_threads_sizes_every_pool_of_a_worker():
+    """OMP_NUM_THREADS=1 alone (two sweeps side by side on two cores) must give each worker one
+    thread: the slot's share of the cores filled MKL_NUM_THREADS, and torch took two."""
+    worker = (
+        "import queue\n"
+        "from hydra_plugins.klue_tc_launcher._workers import Slot, pin_worker\n"
+        "slots = queue.Queue(); slots.put(Slot(None, 2)); pin_worker(slots)\n"
+        "import torch; print(torch.get_num_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    printed = subprocess.run(
+        [sys.executable, "-c", worker],
+        env={**env, "OMP_NUM_THREADS": "1"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed.split() == ["1"]
+    assert thread_settings(4, {}) == dict.fromkeys(THREAD_VARS, "4")
+    assert thread_settings(4, {"MKL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}) == {
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "3",
+        "OPENBLAS_NUM_THREADS": "2",
+    }
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")

@@ -107,16 +107,23 @@ def end_with_the_launcher() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def thread_settings(slot_threads: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """Every thread-pool variable for a worker: the user's where set (as joblib keeps it), and the
+    first one the user set for the others, else the slot's share of the cores: a user's
+    OMP_NUM_THREADS=1 beside a filled-in MKL_NUM_THREADS=2 gave torch two threads per worker,
+    several times slower wherever the cores were already busy."""
+    chosen = next((environ[var] for var in THREAD_VARS if var in environ), str(slot_threads))
+    return {var: environ.get(var, chosen) for var in THREAD_VARS}
+
+
 def pin_worker(free_slots: Any) -> None:
-    """Runs once in each new worker, before its first job: takes a slot and pins the process to it.
-    An OMP_NUM_THREADS (or MKL_...) set by the user is kept, as joblib keeps it."""
+    """Runs once in each new worker, before its first job: takes a slot and pins the process to it."""
     end_with_the_launcher()
     interrupts.remember_between_jobs()
     slot = free_slots.get()
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.gpu
-    for var in THREAD_VARS:
-        os.environ.setdefault(var, str(slot.threads))
+    os.environ.update(thread_settings(slot.threads, os.environ))
     if "torch" in sys.modules:  # imported with the main module: its thread pool may be sized already
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
