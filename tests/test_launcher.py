@@ -205,6 +205,7 @@ def test_a_users_omp_num_threads_sizes_every_pool_of_a_worker():
         check=True,
     ).stdout
     assert printed.split() == ["1"]
+    assert describe([Slot(None, 2)], threads=1) == "1 CPU worker, 1 thread each"  # the launch line says so
     assert thread_settings(4, {}) == dict.fromkeys(THREAD_VARS, "4")
     assert thread_settings(4, {"MKL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}) == {
         "OMP_NUM_THREADS": "2",

@@ -84,14 +84,15 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def describe(slots: Sequence[Slot]) -> str:
-    """'6 workers (3 on GPU 0, 3 on GPU 1), 4 threads each' or '2 CPU workers, 1 thread each'."""
+def describe(slots: Sequence[Slot], threads: Optional[int] = None) -> str:
+    """'6 workers (3 on GPU 0, 3 on GPU 1), 4 threads each' or '2 CPU workers, 1 thread each';
+    `threads`: what the workers will use where the user's setting overrides the slots'."""
     per_gpu = Counter(slot.gpu for slot in slots)
     if None in per_gpu:
         workers = plural(len(slots), "CPU worker")
     else:
         workers = plural(len(slots), "worker") + f" ({', '.join(f'{n} on GPU {gpu}' for gpu, n in per_gpu.items())})"
-    return f"{workers}, {plural(slots[0].threads, 'thread')} each"
+    return f"{workers}, {plural(threads or slots[0].threads, 'thread')} each"
 
 
 def end_with_the_launcher() -> None:

@@ -31,7 +31,16 @@ from omegaconf import DictConfig
 from klue_tc.errors import KlueTcError
 from klue_tc.interrupts import JobInterrupted
 
-from ._workers import describe, execute_job, pin_worker, plural, visible_gpus, worker_slots
+from ._workers import (
+    THREAD_VARS,
+    describe,
+    execute_job,
+    pin_worker,
+    plural,
+    thread_settings,
+    visible_gpus,
+    worker_slots,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +69,11 @@ class ParallelLauncher(Launcher):
         slots = worker_slots(gpus, self.jobs_per_gpu, cpu_count(), self.n_jobs, jobs=len(job_overrides))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        kept = f" (OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} kept)" if "OMP_NUM_THREADS" in os.environ else ""
+        threads = int(thread_settings(slots[0].threads, os.environ)["OMP_NUM_THREADS"])
+        kept = next((f" ({var}={os.environ[var]} kept)" for var in THREAD_VARS if var in os.environ), "")
         log.info(
-            f"Launching {plural(len(job_overrides), 'job')} on {describe(slots)}{kept}, sweep output dir: {sweep_dir}"
+            f"Launching {plural(len(job_overrides), 'job')} on {describe(slots, threads)}{kept}, "
+            f"sweep output dir: {sweep_dir}"
         )
         for idx, overrides in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + idx} : {' '.join(filter_overrides(overrides))}")
