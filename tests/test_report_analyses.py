@@ -92,7 +92,7 @@ def test_seconds_per_epoch_are_never_averaged_across_machines():
     ]
     tables = per_machine_tables(folds)
     assert list(tables) == ["CPU A, 1 thread", "CPU B, 1 thread", "GPU C"]  # most folds first
-    assert tables["CPU A, 1 thread"].loc["mecab / transformer / post", 2] == "15 (2)"  # median of 10 and 20 s
+    assert tables["CPU A, 1 thread"].loc["mecab / transformer / post", 2] == "15 (2; 10–20)"  # median, range
     assert tables["CPU B, 1 thread"].loc["mecab / transformer / post", 2] == "200 (1)"
 
 

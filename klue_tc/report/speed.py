@@ -33,9 +33,20 @@ def seconds_per_epoch(records: Sequence[FoldResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["machine", "config_hash", "seconds_per_epoch"])
 
 
+def seconds(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def cell_text(median: float, folds: int, low: float, high: float) -> str:
+    """'55 (3; 38–98)': the median over the folds, their count and, for two or more, their range."""
+    spread = f"; {seconds(low)}–{seconds(high)}" if folds > 1 else ""
+    return f"{seconds(median)} ({folds}{spread})"
+
+
 def per_machine_tables(records: Sequence[FoldResult]) -> dict[str, pd.DataFrame]:
     """Per machine: rows the configuration without its layer count, columns the layer counts, cells
-    the median seconds per epoch over that machine's folds of it, '(n)' its fold count."""
+    the median seconds per epoch over that machine's folds of it, '(n)' its fold count, and with two
+    or more folds their range: wall seconds move with whatever else shares the machine."""
     folds = seconds_per_epoch(records)
     if folds.empty:
         return {}
@@ -44,8 +55,8 @@ def per_machine_tables(records: Sequence[FoldResult]) -> dict[str, pd.DataFrame]
     rows = list(dict.fromkeys(designs["row"]))  # the study's order
     tables = {}
     for name, part in folds.groupby("machine", sort=False):
-        cells = part.groupby(["row", "layers"], sort=False)["seconds_per_epoch"].agg(["median", "count"])
-        text = [f"{m:.0f} ({n})" if m >= 10 else f"{m:.1f} ({n})" for m, n in zip(cells["median"], cells["count"])]
+        cells = part.groupby(["row", "layers"], sort=False)["seconds_per_epoch"].agg(["median", "count", "min", "max"])
+        text = [cell_text(*cell) for cell in cells[["median", "count", "min", "max"]].itertuples(index=False)]
         table = pd.Series(text, index=cells.index).unstack("layers")
         table = table.reindex(index=[r for r in rows if r in set(part["row"])], columns=sorted(part["layers"].unique()))
         tables[name] = table.fillna("–")
@@ -62,8 +73,11 @@ def speed_section(records: Sequence[FoldResult]) -> Section:
         return Section(lines + ["No fold records its training time.", ""])
     lines += [
         "Median wall seconds per epoch over a machine's folds (the fold's training time, with each "
-        "epoch's scoring, over the epochs it ran); (n) its folds. One table per device type and "
-        "thread count: seconds are never averaged across machines, and compare only within a table.",
+        "epoch's scoring, over the epochs it ran); (n; low–high) its folds and their range. One table "
+        "per device type and thread count: seconds are never averaged across machines, and compare "
+        "only within a table. They are wall clock under whatever else ran on the machine at the time "
+        "(side-by-side sweeps share its cores), which the range shows; the forward FLOPs per title "
+        "(Model sizes) are the cost that no load moves.",
         "",
     ]
     for name, table in tables.items():
