@@ -53,6 +53,11 @@ class Claim:
     comparisons: tuple[Effect, ...] = ()
     rests_on: str = ""  # the deciding comparison with its interval
 
+    @property
+    def measured(self) -> bool:
+        """Whether any matched set of cells was there to judge it."""
+        return self.cells > 0
+
     def judged(self) -> str:
         """The verdict and the comparison it rests on, in one phrase."""
         return f"**{self.verdict}**: {self.rests_on or 'not in these records'}"
@@ -282,7 +287,7 @@ class StudyVerdicts:
 
     def cell(self, metric: str, id: str) -> str:
         claim = next((c for c in self.judged.get(metric, ()) if c.id == id), None)
-        if claim is not None:
+        if claim is not None and claim.measured:
             return claim.judged()
         why = next((w for w in self.not_judged if w.startswith(f"({id.split('.')[0]})")), None)
         return f"not yet measured: {why.split(') ', 1)[1]}" if why else "not yet measured"
@@ -290,8 +295,10 @@ class StudyVerdicts:
 
 def what_changed(first: Optional[Claim], last: Optional[Claim], last_name: str) -> str:
     """The move from the first study's verdict to the last one's, with the estimates."""
-    if first is None or last is None:
-        return f"not yet measured in {last_name}" if last is None else "not measured in the first"
+    if last is None or not last.measured:
+        return f"not yet measured in {last_name}"
+    if first is None or not first.measured:
+        return "not measured in the first"
     shift = f"estimate {signed(first.difference)} → {signed(last.difference)}"
     if first.verdict == last.verdict:
         return f"same verdict ({first.verdict}); {shift}"
