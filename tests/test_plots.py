@@ -53,14 +53,15 @@ def test_layers_plot_has_one_legend_naming_every_row_once(tmp_path, monkeypatch)
     summary = summary_of(folds)
     saved = []
     monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
-    plot_f1_by_layers(summary, tmp_path / "layers.png", baseline=0.8)
+    baselines = [{"name": "TF-IDF + linear SVM", "f1": 0.8}, {"name": "NB-SVM", "f1": 0.81}]
+    plot_f1_by_layers(summary, tmp_path / "layers.png", baselines=baselines)
     (figure,) = saved
     assert all(ax.get_legend() is None for ax in figure.axes)
     (legend,) = figure.legends
     names = [text.get_text() for text in legend.get_texts()]
     # Each encoder's colour and each LayerNorm placement's line style keyed once: pre and post of
     # one encoder are told apart by their line style, not by a colour of their own.
-    expected = {*summary["encoder"], *(f"{ln}-LN" for ln in summary["ln"]), "TF-IDF + linear SVM"}
+    expected = {*summary["encoder"], *(f"{ln}-LN" for ln in summary["ln"]), "TF-IDF + linear SVM", "NB-SVM"}
     assert sorted(names) == sorted(expected)
     panels = [ax for ax in figure.axes if ax.get_title()]
     assert all(panels[0].get_shared_x_axes().joined(panels[0], ax) for ax in panels)

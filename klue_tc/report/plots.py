@@ -7,6 +7,7 @@ All use matplotlib's object API (Figure renders with Agg), so no display or pypl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -83,16 +84,31 @@ def row_labels(summary: pd.DataFrame) -> pd.Series:
     return summary[row_parts(summary)].astype(str).agg(" / ".join, axis=1)
 
 
+BASELINE_STYLES = (":", "-.")  # grey, one per linear baseline, in the order the report tables them
+
+
+def draw_baselines(ax, baselines: Sequence[dict], key: str) -> None:
+    """Each linear baseline's score under `key` ('f1' or 'validation_f1') as a horizontal grey line."""
+    for baseline, style in zip(baselines, BASELINE_STYLES):
+        if pd.notna(baseline.get(key)):
+            ax.axhline(baseline[key], color="grey", linestyle=style, linewidth=1)
+
+
+def baseline_keys(baselines: Sequence[dict]) -> list[tuple[str, str]]:
+    """The legend entries of draw_baselines' lines."""
+    return [(b["name"], style) for b, style in zip(baselines, BASELINE_STYLES)]
+
+
 def plot_f1_by_layers(
     summary: pd.DataFrame,
     path: Path,
     value: str = "f1_mean",
     spread: str = "f1_std",
-    baseline: float | None = None,
+    baselines: Sequence[dict] = (),
     ylabel: str = "CV macro-F1 (mean ± std over folds)",
 ) -> Path:
     """One panel per tokenizer, one line per design with error bars (colour the encoder, line style
-    the LayerNorm placement, hollow markers a pretrained encoder); the baseline dashed grey. The
+    the LayerNorm placement, hollow markers a pretrained encoder); the linear baselines grey. The
     panels share both axes."""
     tokenizers = list(dict.fromkeys(summary["tokenizer"]))
     fig = Figure(figsize=(5 * len(tokenizers) + 1.5, 4), layout="constrained")
@@ -107,14 +123,13 @@ def plot_f1_by_layers(
             if several_heads:  # a head is told by its marker, beyond what the legend keys
                 style["marker"] = {"cls": "o", "mean": "^", "blstm": "D"}.get(head, "v")
             ax.errorbar(line.layers, line[value], yerr=line[spread], capsize=3, **style)
-        if baseline is not None:
-            ax.axhline(baseline, color="grey", linestyle="--", linewidth=1)
+        draw_baselines(ax, baselines, "f1" if value == "f1_mean" else value)
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
     # One legend beside the panels, so that it covers no line and keys each style once.
-    design_legend(fig, frame, [("TF-IDF + linear SVM", "--")] if baseline is not None else [])
+    design_legend(fig, frame, baseline_keys(baselines))
     fig.savefig(path, dpi=120)
     return Path(path)
 

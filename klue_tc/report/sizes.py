@@ -239,7 +239,7 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
     """One panel per tokenizer and metric (CV, validation): F1 against non-embedding parameters on a
     log axis; colour the encoder, line style the LayerNorm placement, hollow markers the pretrained
     encoders; the linear baselines as horizontal lines. Every panel shares both scales of its row."""
-    from klue_tc.report.plots import design_legend, design_style
+    from klue_tc.report.plots import baseline_keys, design_legend, design_style, draw_baselines
 
     metrics = [("f1_mean", "CV macro-F1")]
     if frame["validation_f1"].notna().any():
@@ -254,9 +254,7 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
             for (encoder, ln, _, pre), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
                 line = line.sort_values("params_non_embedding")
                 ax.plot(line.params_non_embedding, line[value], **design_style(encoder, ln, pre))
-            for baseline, style in zip(baselines, (":", "-.")):
-                if pd.notna(baseline.get(value if value != "f1_mean" else "f1")):
-                    ax.axhline(baseline[value if value != "f1_mean" else "f1"], color="grey", linestyle=style, lw=1)
+            draw_baselines(ax, baselines, "f1" if value == "f1_mean" else value)
             ax.set_xscale("log")
             # Labelled ticks at 1, 2, 3 and 5 of each decade: readable over one decade or several.
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
@@ -271,6 +269,6 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
                 ax.set_xlabel("non-embedding parameters (log scale)")
             if col == 0:
                 ax.set_ylabel(label)
-    design_legend(fig, frame, [(b["name"], style) for b, style in zip(baselines, (":", "-."))])
+    design_legend(fig, frame, baseline_keys(baselines))
     fig.savefig(path, dpi=120)
     return Path(path)

@@ -88,12 +88,12 @@ def effects_of(
     return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), list(left_out.values()))
 
 
-def draw(summary: pd.DataFrame, effects: Effects, reference: Optional[dict], directory: Path) -> list[Path]:
+def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directory: Path) -> list[Path]:
     """Every plot the records support, in the order report.md names them."""
     from klue_tc.report.plots import plot_effects, plot_f1_by_layers, plot_grid_heatmap
 
     plots = [
-        plot_f1_by_layers(summary, directory / "f1_by_layers.png", baseline=reference["f1"] if reference else None),
+        plot_f1_by_layers(summary, directory / "f1_by_layers.png", baselines=baselines),
         plot_grid_heatmap(summary, directory / "grid_heatmap.png"),
     ]
     if not effects.table.empty:
@@ -105,7 +105,7 @@ def draw(summary: pd.DataFrame, effects: Effects, reference: Optional[dict], dir
                 directory / "validation_by_layers.png",
                 "validation_f1",
                 "validation_f1_std",
-                reference["validation_f1"] if reference else None,
+                baselines,
                 "validation macro-F1 (mean ± std of the fold models)",
             ),
             plot_grid_heatmap(summary, directory / "grid_heatmap_validation.png", "validation_f1"),
@@ -180,7 +180,7 @@ def write_report(
         claims_markdown(verdicts.judged, verdicts.not_judged, studies_side_by_side(folds, metrics, beside)),
         encoding="utf-8",
     )
-    plots = draw(summary, effects, reference, directory)
+    plots = draw(summary, effects, baselines, directory)
     sections = further_sections(directory, recipe, baselines)
     markdown = to_markdown(
         directory,
