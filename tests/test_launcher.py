@@ -182,8 +182,9 @@ def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headli
     assert len(records(sweep_dir)) == 2 and (sweep_dir / "report.md").is_file()
     seen = [OmegaConf.load(p).hydra.job.env_set for p in sorted(sweep_dir.rglob(".hydra/hydra.yaml"))]
     assert sorted(env.CUDA_VISIBLE_DEVICES for env in seen) == ["0", "1"]
-    threads = os.environ.get("OMP_NUM_THREADS", str(max(1, cpu_count() // 2)))
-    assert {env.OMP_NUM_THREADS for env in seen} == {threads}
+    # Every thread pool of a worker sized alike: the user's value where set, else the slot's share.
+    expected = thread_settings(max(1, cpu_count() // 2), os.environ)
+    assert {var: {env[var] for env in seen} for var in THREAD_VARS} == {var: {n} for var, n in expected.items()}
 
 
 def test_a_users_omp_num_threads_sizes_every_pool_of_a_worker():
