@@ -138,6 +138,7 @@ def score_on_folds(
         key["baseline"] = baseline.name
     if validation is not None:
         key["validation_confusion"] = True  # caches from before it lack the matrix
+    key["predictions"] = True  # each title's predicted class, for paired intervals against the runs
     if inner_fraction is not None:
         key |= {"inner_fraction": inner_fraction, "C_grid": list(baseline.c_grid)}
     key = json.loads(json.dumps(key))  # as the cache holds it: NB-SVM's (C, beta) pairs as lists
@@ -152,18 +153,24 @@ def score_on_folds(
             model, chosen = baseline.pipeline().fit(texts, data.labels[train]), {}
         else:
             model, chosen = fit_choosing_c(texts, data.labels[train], inner_fraction, key["seed"], baseline=baseline)
+        scored = model.predict([data.texts[i] for i in held])
         row = {
             "fold": fold,
-            "f1": float(f1_score(data.labels[held], model.predict([data.texts[i] for i in held]), average="macro")),
+            "f1": float(f1_score(data.labels[held], scored, average="macro")),
             **chosen,
+            # the held-out titles' rows in the training titles, as the runs' records index them
+            "scored_index": np.asarray(held).tolist(),
+            "scored_predicted": scored.tolist(),
         }
         if validation is not None:
             predicted = model.predict(validation.texts)
             row["validation_f1"] = float(f1_score(validation.labels, predicted, average="macro"))
             classes = np.arange(len(data.label_names))
             row["validation_confusion"] = confusion_matrix(validation.labels, predicted, labels=classes).tolist()
+            row["validation_predicted"] = predicted.tolist()  # in the validation file's order
         rows.append(row)
     rows = json.loads(json.dumps(rows))  # the same values whether computed now or read from the cache
     if cache is not None:
-        atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, indent=1))  # never half a cache
+        # Never half a cache; compact, as most of it is the per-title predictions.
+        atomic_write_text(cache, json.dumps({"key": key, "folds": rows}, separators=(",", ":")))
     return rows

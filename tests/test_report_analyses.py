@@ -128,7 +128,8 @@ def test_the_nbsvm_baseline_scores_headlines_on_the_runs_folds(tmp_path):
     from klue_tc.config import CVConfig, DataConfig
 
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
-    validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=6, seed=1))
+    validation_rows = make_headlines(per_class=6, seed=1)
+    validation = write_tsv(tmp_path / "validation.tsv", validation_rows)
     data = DataConfig(path=str(train), validation_path=str(validation))
     rows = score_on_folds(data, CVConfig(folds=2, seed=42), 42, tmp_path / "nbsvm.json", 0.1, NB_SVM)
     assert len(rows) == 2
@@ -136,6 +137,12 @@ def test_the_nbsvm_baseline_scores_headlines_on_the_runs_folds(tmp_path):
         assert tuple(row["C"]) in NB_SVM.c_grid and row["f1"] > 0.8 and row["validation_f1"] > 0.8
         assert np.sum(row["validation_confusion"]) == 6 * len(LABEL_NAMES)
     assert json.loads((tmp_path / "nbsvm.json").read_text())["folds"] == rows
+    # Each title's prediction is kept, so that a run can be compared with the baseline title by title.
+    validation_labels = [LABEL_NAMES.index(label) for label, _ in validation_rows]  # in the file's order
+    assert sorted(rows[0]["scored_index"] + rows[1]["scored_index"]) == list(range(20 * len(LABEL_NAMES)))
+    for row in rows:
+        predicted = np.asarray(row["validation_predicted"])
+        assert f1_score(validation_labels, predicted, average="macro") == pytest.approx(row["validation_f1"])
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +279,109 @@ def test_without_the_data_file_the_report_says_so_and_keeps_what_the_records_hol
 def test_no_size_anywhere_is_an_empty_table_and_a_line():
     sizes, problems = configuration_sizes([record("k", 0)], Path("/nonexistent"))
     assert sizes.empty and problems == ["k: no config.yaml beside its records"]
+
+
+def with_predictions(key: str, fold: int, f1: float, scored: tuple, validation: tuple) -> FoldResult:
+    """A record whose fold model predicted `scored` = (index, label, predicted) on its held-out
+    titles and `validation` = (label, predicted) on the validation titles."""
+    from klue_tc.records import FoldPredictions, TitlePredictions
+
+    def titles(index, label, predicted) -> TitlePredictions:
+        return TitlePredictions(*(np.asarray(a) for a in (index, label, predicted)))
+
+    labels, predicted = validation
+    found = record(key, fold, f1)
+    found.predictions = FoldPredictions(titles(*scored), titles(np.arange(len(labels)), labels, predicted))
+    return found
+
+
+def two_fold_study(rng: np.random.Generator, titles: int = 400):
+    """Two configurations on two folds: 'cv-best' is best by CV but right on only half of the
+    validation titles; 'val-best' is lower by CV and right on all of them. A baseline right on 80 %."""
+    labels = rng.integers(0, 4, size=titles)
+    half = np.where(rng.random(titles) < 0.5, labels, (labels + 1) % 4)
+    held = [np.arange(0, titles, 2), np.arange(1, titles, 2)]
+    records = [
+        with_predictions(key, k, f1, (held[k], labels[held[k]], labels[held[k]]), (labels, guess))
+        for key, f1, guess in (("cv-best", 0.9, half), ("val-best", 0.6, labels))
+        for k in range(2)
+    ]
+    baseline_guess = np.where(rng.random(titles) < 0.8, labels, (labels + 2) % 4)
+    baseline = {
+        "name": "linear",
+        "predictions": {
+            k: {
+                "scored_index": held[k][::-1].tolist(),  # another order: paired by index, not position
+                "scored_predicted": baseline_guess[held[k]][::-1].tolist(),
+                "validation_predicted": baseline_guess.tolist(),
+            }
+            for k in range(2)
+        },
+    }
+    return records, baseline
+
+
+def test_the_best_by_cv_is_compared_with_a_baseline_title_by_title():
+    """The CV ranking picks the configuration (never the validation titles); the validation titles
+    then judge it: half right is behind a baseline right on 80 %, with an interval below zero."""
+    from klue_tc.report.against_baselines import AHEAD, BEHIND, compare_best
+
+    records, baseline = two_fold_study(np.random.default_rng(0))
+    (contender,) = compare_best(records, [baseline])
+    assert contender.key == "cv-best" and contender.among == "all configurations"
+    on = {c.metric: c for c in contender.comparisons}
+    assert on["validation_f1"].verdict == BEHIND and on["validation_f1"].high < 0
+    assert on["validation_f1"].difference == pytest.approx(-0.3, abs=0.08)
+    # On its held-out titles it is right on all: ahead of the baseline's 80 %.
+    assert on["f1"].verdict == AHEAD and on["f1"].low > 0 and on["f1"].confidence == pytest.approx(0.95)
+
+
+def test_identical_predictions_tie_and_other_held_out_titles_are_not_compared():
+    from klue_tc.report.against_baselines import TIED, compare_best, scored_comparison
+
+    records, baseline = two_fold_study(np.random.default_rng(1))
+    best = {r.fold: r for r in records if r.config_hash == "cv-best"}
+    for fold, part in baseline["predictions"].items():
+        titles = best[fold].predictions
+        part["scored_index"] = titles.scored.index.tolist()
+        part["scored_predicted"] = titles.scored.predicted.tolist()
+        part["validation_predicted"] = titles.validation.predicted.tolist()
+    (contender,) = compare_best(records, [baseline])
+    assert {(c.metric, c.verdict, c.difference, c.low, c.high) for c in contender.comparisons} == {
+        ("validation_f1", TIED, 0.0, 0.0, 0.0),
+        ("f1", TIED, 0.0, 0.0, 0.0),
+    }
+    baseline["predictions"][0]["scored_index"] = [i + 1 for i in baseline["predictions"][0]["scored_index"]]
+    assert scored_comparison(best, baseline, 0.95) is None
+
+
+def test_the_report_states_the_comparison_among_its_verdicts(tmp_path):
+    from klue_tc.report.against_baselines import against_baselines_section
+
+    records, baseline = two_fold_study(np.random.default_rng(0))
+    section = against_baselines_section(records, [baseline, {**baseline, "name": "other"}])
+    # right on half of the validation titles, against the baseline's 80 %
+    assert section.verdict.startswith(
+        "the best by CV against the linear baselines on the validation titles: "
+        "all configurations, mecab / transformer / post / L2: behind linear -0.3"
+    )
+    assert "97.5 % intervals (Bonferroni over the 2 baselines)" in "\n".join(section.lines)
+    assert "nan" not in "\n".join(section.lines)
+
+
+def test_with_several_pretrainings_the_best_of_each_is_compared():
+    """From scratch and pretrained are asked apart; the intervals widen for the four read at once."""
+    from klue_tc.records import Describe
+    from klue_tc.report.against_baselines import compare_best
+
+    records, baseline = two_fold_study(np.random.default_rng(0))
+    for r in records:  # 'cv-best' pretrained, 'val-best' from scratch
+        r.describe = Describe(
+            "transformer", "transformer", "post", 2, "cls", "mecab", "mlm" if r.config_hash == "cv-best" else "none"
+        )
+    contenders = compare_best(records, [baseline, {**baseline, "name": "other"}])
+    assert {(c.among, c.key) for c in contenders} == {("pretrained: mlm", "cv-best"), ("from scratch", "val-best")}
+    # Per metric, 2 groups x 2 baselines read at once.
+    assert [v.confidence for c in contenders for v in c.comparisons] == pytest.approx([1 - 0.05 / 4] * 8)
+    scratch = next(c for c in contenders if c.among == "from scratch")
+    assert {v.verdict for v in scratch.comparisons if v.metric == "validation_f1"} == {"ahead"}  # all right vs 80 %

@@ -278,7 +278,7 @@ def test_the_baseline_on_a_runs_folds_follows_its_selection_rule(tmp_path):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     data, cv = DataConfig(path=str(train)), CVConfig(folds=2, seed=42)
     legacy = score_on_folds(data, cv, 42)  # records that chose on the scored fold: C=0.5 as then
-    assert [set(row) for row in legacy] == [{"fold", "f1"}] * 2
+    assert [set(row) for row in legacy] == [{"fold", "f1", "scored_index", "scored_predicted"}] * 2  # no C chosen
     rows = score_on_folds(data, cv, 42, tmp_path / "baseline.json", inner_fraction=0.1)
     assert all(row["C"] in C_GRID and 0 <= row["inner_f1"] <= 1 and row["f1"] > 0.8 for row in rows)
     assert score_on_folds(data, cv, 42, tmp_path / "baseline.json", inner_fraction=0.1) == rows  # cached by rule

@@ -254,7 +254,9 @@ def to_markdown(
     shared: Optional[SharedCells] = None,
     grids: Optional[Mapping[str, Grid]] = None,
     interactions: Optional[pd.DataFrame] = None,
+    more_verdicts: Sequence[str] = (),
 ) -> str:
+    """report.md up to the further sections; `more_verdicts`: their lines for the Verdicts list."""
     grids = grids or {}
     codes = sorted(set(folds["code"]))
     lines = [
@@ -272,6 +274,7 @@ def to_markdown(
     if shared is not None:
         lines += [shared.line(), ""]
     lines += ["## Verdicts", "", *verdict_lines(verdicts), *found_interactions(interactions)]
+    lines += [f"- {line}" for line in more_verdicts]
     for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
         lines += [
             "",

@@ -20,6 +20,7 @@ class Section:
     lines: list[str]
     plots: list[Path] = field(default_factory=list)
     columns: Optional[pd.DataFrame] = None  # indexed by config_hash: joined onto report.csv's rows
+    verdict: Optional[str] = None  # one line for the report's Verdicts, naming this section
 
 
 def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:

@@ -191,9 +191,13 @@ def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) ->
     return lines, len(absent) + len(short)
 
 
+PREDICTION_KEYS = ("scored_index", "scored_predicted", "validation_predicted")
+
+
 def baseline_scores(recipe: Recipe, directory: Path, baseline: Optional[LinearBaseline] = None) -> Optional[dict]:
     """A linear baseline's mean over the folds the runs used (default: TF-IDF + SVM):
-    {name, f1, f1_std, validation_f1, folds, C, validation_confusion (one matrix per fold)}."""
+    {name, f1, f1_std, validation_f1, folds, C, validation_confusion (one matrix per fold),
+    predictions (per fold, its per-title predictions: PREDICTION_KEYS)}."""
     from klue_tc.baseline import TFIDF_SVM, score_on_folds
 
     baseline = baseline or TFIDF_SVM
@@ -223,4 +227,9 @@ def baseline_scores(recipe: Recipe, directory: Path, baseline: Optional[LinearBa
         "folds": len(rows),
         "C": chosen_c,
         "validation_confusion": list(rows["validation_confusion"]) if "validation_confusion" in rows else [],
+        # per fold: the held-out titles' rows and predicted classes, and the validation titles' classes
+        "predictions": {
+            int(row["fold"]): {k: row[k] for k in PREDICTION_KEYS if isinstance(row.get(k), list)}
+            for row in rows.to_dict("records")
+        },
     }

@@ -48,6 +48,39 @@ def macro_f1(counts: np.ndarray) -> np.ndarray:
     return np.nanmean(f1, axis=-1)
 
 
+def resampled_f1(labels: np.ndarray, predicted: np.ndarray, draws: np.ndarray, classes: int) -> np.ndarray:
+    """Macro-F1 on every resample: `draws` (resamples, titles) counts how often each title is drawn."""
+    pairs = labels.astype(int) * classes + predicted.astype(int)
+    onehot = np.zeros((len(labels), classes * classes), dtype=np.float32)
+    onehot[np.arange(len(labels)), pairs] = 1.0
+    return macro_f1((draws @ onehot).reshape(len(draws), classes, classes))
+
+
+def title_draws(rng: np.random.Generator, titles: int, resamples: int) -> np.ndarray:
+    """(resamples, titles): how often each title is drawn in each bootstrap resample."""
+    return rng.multinomial(titles, np.full(titles, 1 / titles), size=resamples).astype(np.float32)
+
+
+def nested_difference(
+    folds: list[tuple[np.ndarray, np.ndarray, np.ndarray]], resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, np.ndarray]:
+    """Fold-mean macro-F1 of predictions a minus that of predictions b, on folds with titles of their
+    own (each fold's held-out titles): `folds` holds (labels, predicted a, predicted b) per fold.
+    Each resample draws the folds with replacement and, within each, its titles (the same draw for
+    a and b: paired). Returns the point difference and its value on every resample."""
+    rng = np.random.default_rng(seed)
+    classes = int(max(max(part.max() for part in fold) for fold in folds)) + 1
+    point, per_fold = [], []
+    for labels, a, b in folds:
+        draws = title_draws(rng, len(labels), resamples)
+        per_fold.append(resampled_f1(labels, a, draws, classes) - resampled_f1(labels, b, draws, classes))
+        every = np.ones((1, len(labels)), dtype=np.float32)
+        point.append(float((resampled_f1(labels, a, every, classes) - resampled_f1(labels, b, every, classes))[0]))
+    drawn = rng.integers(0, len(folds), size=(resamples, len(folds)))
+    values = np.take_along_axis(np.stack(per_fold, axis=1), drawn, axis=1).mean(axis=1)
+    return float(np.mean(point)), values
+
+
 class TitleBootstrap:
     """Each configuration's fold-mean validation F1 on every crossed resample."""
 
@@ -76,19 +109,15 @@ class TitleBootstrap:
         rng = np.random.default_rng(seed)
         labels = first[1].astype(int)
         classes = int(max(labels.max(), *(complete[c][f][2].max() for c in self.configs for f in folds))) + 1
-        n = len(labels)
-        titles = rng.multinomial(n, np.full(n, 1 / n), size=resamples).astype(np.float32)  # (B, N) draws
+        titles = title_draws(rng, len(labels), resamples)  # (B, N)
         drawn_folds = rng.integers(0, len(folds), size=(resamples, len(folds)))  # (B, F) fold positions
+        every = np.ones((1, len(labels)), dtype=np.float32)
         values, point = {}, {}
         for config in self.configs:
             per_fold = []
             for fold in folds:
-                pairs = labels * classes + complete[config][fold][2].astype(int)
-                onehot = np.zeros((n, classes * classes), dtype=np.float32)
-                onehot[np.arange(n), pairs] = 1.0
-                counts = (titles @ onehot).reshape(resamples, classes, classes)
-                per_fold.append(macro_f1(counts))
-                point.setdefault(config, []).append(macro_f1(onehot.sum(0).reshape(classes, classes)))
+                per_fold.append(resampled_f1(labels, complete[config][fold][2], titles, classes))
+                point.setdefault(config, []).append(resampled_f1(labels, complete[config][fold][2], every, classes)[0])
             per_fold = np.stack(per_fold, axis=1)  # (B, F)
             values[config] = np.take_along_axis(per_fold, drawn_folds, axis=1).mean(axis=1)
             point[config] = float(np.mean(point[config]))

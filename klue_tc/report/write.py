@@ -114,8 +114,10 @@ def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directo
 
 
 def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[dict]) -> list[Section]:
-    """What the records hold beyond the F1 tables: sizes, speed per machine, the best configurations
-    class by class, the class mix, and the linear baselines side by side."""
+    """What the records hold beyond the F1 tables: the linear baselines side by side and the best
+    configuration against them, sizes, speed per machine, the best configurations class by class,
+    and the class mix."""
+    from klue_tc.report.against_baselines import against_baselines_section
     from klue_tc.report.baselines import baselines_section
     from klue_tc.report.class_mix import class_mix_section
     from klue_tc.report.per_class import per_class_section
@@ -127,6 +129,7 @@ def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[
         return []
     return [
         baselines_section(baselines, recipe),
+        against_baselines_section(records, baselines),
         size_section(records, directory, baselines),
         speed_section(records),
         per_class_section(records, directory, baselines),
@@ -195,6 +198,7 @@ def write_report(
         shared_cells(per_configuration(folds), best),
         grids,
         interplay,
+        [section.verdict for section in sections if section.verdict],
     )
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:

@@ -1,0 +1,192 @@
+"""Does any configuration beat the linear baselines? The configuration best by CV macro-F1 against
+each baseline, title by title on the same folds: on the validation titles, which chose nothing,
+and on the scored folds, whose scores chose it (there its lead is flattered by that choice, so
+only a deficit is evidence)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from klue_tc.records import FoldResult
+from klue_tc.report.grid_model import CONFIDENCE, family_confidence
+from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
+
+AHEAD, BEHIND, TIED = "ahead", "behind", "tied"
+WORDING = {AHEAD: "ahead of", BEHIND: "behind", TIED: "tied with"}  # "<verdict> <baseline>"
+BEST = "best"  # the best configuration's column in the bootstrap
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The best configuration's macro-F1 minus a baseline's, with its interval."""
+
+    baseline: str
+    metric: str  # "validation_f1" or "f1"
+    difference: float
+    low: float
+    high: float
+    confidence: float
+    folds: int
+
+    @property
+    def verdict(self) -> str:
+        if math.isnan(self.low):
+            return TIED
+        return AHEAD if self.low > 0 else BEHIND if self.high < 0 else TIED
+
+    def text(self) -> str:
+        folds = "" if self.folds > 1 else "; 1 fold"
+        return f"{self.difference:+.3f} ({self.low:+.3f}..{self.high:+.3f}{folds})"
+
+
+def _by_fold(records: Sequence[FoldResult], key: str) -> dict[int, FoldResult]:
+    return {r.fold: r for r in records if r.config_hash == key and r.predictions is not None}
+
+
+def validation_comparison(best: dict[int, FoldResult], baseline: dict, confidence: float) -> Optional[Comparison]:
+    """On the validation titles: fold models and titles resampled, crossed, the same draws for both."""
+    predictions = {}
+    for fold, record in best.items():
+        titles = record.predictions.validation
+        theirs = baseline["predictions"].get(fold, {}).get("validation_predicted")
+        if titles is None or theirs is None:
+            continue
+        predictions[(BEST, fold)] = (titles.index, titles.label, titles.predicted)
+        predictions[(baseline["name"], fold)] = (titles.index, titles.label, np.asarray(theirs)[titles.index])
+    bootstrap = TitleBootstrap(predictions) if predictions else None
+    if bootstrap is None or set(bootstrap.configs) != {BEST, baseline["name"]}:
+        return None
+    weights = pd.Series({BEST: 1.0, baseline["name"]: -1.0})
+    low, high = bootstrap.interval(weights, confidence)
+    difference = float(bootstrap.point[BEST] - bootstrap.point[baseline["name"]])
+    return Comparison(baseline["name"], "validation_f1", difference, low, high, confidence, len(bootstrap.folds))
+
+
+def scored_comparison(best: dict[int, FoldResult], baseline: dict, confidence: float) -> Optional[Comparison]:
+    """On the scored folds' held-out titles: folds resampled, and the titles within each."""
+    folds = []
+    for fold, record in sorted(best.items()):
+        theirs = baseline["predictions"].get(fold, {})
+        if "scored_predicted" not in theirs:
+            continue
+        row = dict(zip(theirs["scored_index"], theirs["scored_predicted"]))
+        titles = record.predictions.scored
+        if set(row) != set(titles.index.tolist()):  # not the same held-out titles: no paired comparison
+            return None
+        folds.append((titles.label, titles.predicted, np.asarray([row[i] for i in titles.index])))
+    if not folds:
+        return None
+    difference, values = nested_difference(folds)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(values, [tail, 1 - tail])
+    return Comparison(baseline["name"], "f1", difference, float(low), float(high), confidence, len(folds))
+
+
+@dataclass(frozen=True)
+class Contender:
+    """The configuration best by CV among `among` (every configuration, or those of one pretraining),
+    and its comparisons with the baselines."""
+
+    among: str
+    key: str
+    label: str
+    comparisons: tuple[Comparison, ...]
+
+
+def groups(records: Sequence[FoldResult]) -> list[tuple[str, list[FoldResult]]]:
+    """Every configuration as one group; where the records hold several pretrainings, one group each,
+    so that the question is asked from scratch and pretrained alike."""
+    levels = sorted({r.describe.pretrain for r in records}, key=lambda p: (p != "none", p))  # scratch first
+    if len(levels) < 2:
+        return [("all configurations", list(records))]
+    named = {"none": "from scratch"}
+    return [(named.get(p, f"pretrained: {p}"), [r for r in records if r.describe.pretrain == p]) for p in levels]
+
+
+def compare_best(records: Sequence[FoldResult], baselines: Sequence[dict]) -> list[Contender]:
+    """Per group, the configuration best by CV macro-F1 against every baseline that kept per-title
+    predictions; the intervals Bonferroni-corrected over the groups and baselines read together."""
+    usable = [b for b in baselines if b.get("predictions")]
+    parts = [(among, ranked_by_cv(part).index[0], part) for among, part in groups(records) if part]
+    if not usable or not parts:
+        return []
+    labels = configurations(records)["label"]
+    family = len(usable) * len(parts)
+    confidence = family_confidence(family) if family > 1 else CONFIDENCE
+    found = []
+    for among, key, part in parts:
+        best = _by_fold(part, key)
+        comparisons = [
+            comparison
+            for baseline in usable
+            for compare in (validation_comparison, scored_comparison)
+            if (comparison := compare(best, baseline, confidence)) is not None
+        ]
+        if comparisons:
+            found.append(Contender(among, key, labels[key], tuple(comparisons)))
+    return found
+
+
+def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
+    """The verdicts' one line: each best configuration against each baseline on the validation titles."""
+    each = [
+        f"{c.among}, {c.label}: " + ", ".join(f"{WORDING[v.verdict]} {v.baseline} {v.text()}" for v in on_validation)
+        for c in contenders
+        if (on_validation := [v for v in c.comparisons if v.metric == "validation_f1"])
+    ]
+    if not each:
+        return None
+    return (
+        "the best by CV against the linear baselines on the validation titles: "
+        + "; ".join(each)
+        + " (Against the linear baselines below)"
+    )
+
+
+def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence[dict]) -> Section:
+    from klue_tc.report.render import markdown_table
+
+    lines = ["## Against the linear baselines", ""]
+    contenders = compare_best(records, baselines)
+    if not contenders:
+        why = "No paired comparison: the records or the baselines kept no per-title predictions."
+        return Section(lines + [why, ""])
+    comparisons = [v for c in contenders for v in c.comparisons]
+    baselines_read = len(dict.fromkeys(v.baseline for v in comparisons))
+    rows = {}
+    for contender in contenders:
+        for name in dict.fromkeys(v.baseline for v in contender.comparisons):
+            cell = {v.metric: f"**{v.text()}**: {v.verdict}" for v in contender.comparisons if v.baseline == name}
+            rows[f"{contender.label} − {name}"] = [
+                cell.get("validation_f1", "–"),
+                cell.get("f1", "–"),
+            ]
+    table = pd.DataFrame.from_dict(
+        rows, orient="index", columns=["validation macro-F1", "CV macro-F1 (flattered: the best of these scores)"]
+    )
+    family = (
+        f"{len(contenders)} groups × {baselines_read} baselines"
+        if len(contenders) > 1
+        else f"{baselines_read} baselines"
+    )
+    lines += [
+        "Does any configuration beat them? The configuration best by CV macro-F1"
+        + (" within each pretraining" if len(contenders) > 1 else "")
+        + ", minus each baseline, both from the same folds, title by title; "
+        f"{comparisons[0].confidence * 100:g} % intervals (Bonferroni over the {family}) from a paired "
+        f"bootstrap ({RESAMPLES} resamples, percentile): on the validation titles, the fold models and the "
+        "titles resampled, crossed; on CV, the folds and each fold's held-out titles. The validation titles "
+        "chose nothing and judge it; on CV it was chosen as the highest of these very scores, so a lead "
+        "there is flattered and only a deficit is evidence. ahead / behind: the interval excludes zero; "
+        "tied: it does not.",
+        "",
+        *markdown_table(table, ["best by CV − baseline", *table.columns]),
+        "",
+    ]
+    return Section(lines, verdict=verdict_line(contenders))
