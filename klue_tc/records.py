@@ -7,7 +7,9 @@ Saved and loaded here only (JSON, written atomically): the results store keeps o
 from __future__ import annotations
 
 import json
+import logging
 import math
+import zipfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -16,6 +18,8 @@ import numpy as np
 
 from klue_tc.files import atomic_write, atomic_write_json
 from klue_tc.redaction import redact
+
+log = logging.getLogger(__name__)
 
 # What chose a fold's epoch and checkpoint: records made before the inner split existed chose them
 # on the very fold they score (an optimistic CV F1).
@@ -152,6 +156,18 @@ class FoldPredictions:
                 if f"{part}_index" in stored
             }
         return cls(parts["scored"], parts.get("validation"))
+
+    @classmethod
+    def read(cls, path: Path) -> Optional[FoldPredictions]:
+        """The predictions saved at `path`; None where there are none, or (in one line) damaged ones:
+        the scores they sit beside stand alone."""
+        if not path.is_file():
+            return None
+        try:
+            return cls.load(path)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            log.warning("damaged predictions %s skipped (%s)", path, type(err).__name__)
+            return None
 
 
 @dataclass
@@ -357,17 +373,30 @@ class RunResult:
         )
 
     def save(self, path: Path) -> None:
-        """metrics.json names each fold's model relative to the run directory, which holds it."""
+        """metrics.json names each fold's model relative to the run directory, which holds it; each
+        fold's predicted classes go beside it (fold<k>.predicted.npz, a few kB), so that the run's
+        report can resample its titles wherever the results store lies."""
+        for record in self.folds:
+            if record.predictions is not None:
+                record.predictions.save(predicted_path(path.parent, record.fold), with_probs=False)
         folds = [r.relative_to(path.parent) for r in self.folds]
         # a name from an env-expanded override keeps no token
         atomic_write_json(path, redact(replace(self, folds=folds).to_dict()))
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
-        """The run's result with each fold's model read from this run directory, wherever it lies now."""
+        """The run's result with each fold's model (and predictions) read from this run directory,
+        wherever it lies now."""
         result = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
         result.folds = [_in_run_dir(r, path.parent) for r in result.folds]
+        for record in result.folds:
+            record.predictions = FoldPredictions.read(predicted_path(path.parent, record.fold))
         return result
+
+
+def predicted_path(run_dir: Path, fold: int) -> Path:
+    """A run directory's copy of a fold's predicted classes, named as the results store names them."""
+    return run_dir / f"fold{fold}.predicted.npz"
 
 
 def _in_run_dir(record: FoldResult, run_dir: Path) -> FoldResult:

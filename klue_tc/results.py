@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import shutil
-import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -89,14 +88,9 @@ class ResultsStore:
     def _load(self, path: Path) -> FoldResult:
         """The record with its predictions where they were saved (older records have none)."""
         record = FoldResult.load(path).resolved_against(path.parent)
-        for predictions in (self.predictions_path(path), self.predicted_classes_path(path)):
-            if not predictions.is_file():
-                continue
-            try:
-                record.predictions = FoldPredictions.load(predictions)
-                break
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # the scores stand alone
-                log.warning("damaged predictions %s skipped (%s)", predictions, type(err).__name__)
+        record.predictions = FoldPredictions.read(self.predictions_path(path)) or FoldPredictions.read(
+            self.predicted_classes_path(path)
+        )
         return record
 
     def find(self, key: str, fold: int, code: CodeVersion, reuse_any: bool) -> Lookup:

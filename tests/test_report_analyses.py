@@ -168,6 +168,25 @@ def trained_store(tmp_path_factory) -> tuple:
     return tmp, results
 
 
+def test_a_moved_run_directory_is_compared_with_the_baselines_title_by_title(trained_store, tmp_path):
+    """A single run keeps its records in the shared results store; its own directory keeps each
+    fold's predicted classes beside metrics.json, so its report resamples titles wherever it lies."""
+    import shutil
+
+    from klue_tc.report.write import write_report
+
+    tmp, _ = trained_store
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp / "run", moved)
+    assert sorted(p.name for p in moved.glob("fold*.predicted.npz")) == ["fold0.predicted.npz", "fold1.predicted.npz"]
+    summary = write_report(moved)
+    assert summary["validation_f1_titles_low"].notna().all()  # intervals that resample the titles
+    markdown = (moved / "report.md").read_text(encoding="utf-8")
+    table = markdown.split("## Against the linear baselines")[1].split("\n## ")[0]
+    assert "| best by CV − baseline | validation macro-F1 |" in table
+    assert "− TF-IDF char 1-3-grams + linear SVM | **" in table and "No paired comparison" not in table
+
+
 def test_a_record_without_its_size_is_measured_from_its_config_as_training_measured_it(trained_store):
     from klue_tc.results import ResultsStore
 
@@ -193,6 +212,7 @@ def test_the_report_holds_every_further_analysis(trained_store):
     markdown = (results.parent / "report.md").read_text(encoding="utf-8")
     for heading in (
         "## Linear baselines",
+        "## Against the linear baselines",
         "## Model sizes",
         "## Seconds per epoch, per machine",
         "## The best configurations class by class",

@@ -26,16 +26,14 @@ METHOD = f"crossed bootstrap over folds × validation titles ({RESAMPLES} resamp
 
 def validation_predictions(directory: Path) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(config_hash, fold) -> (validation row index, true class, predicted class), from the records
-    below `directory` that kept them."""
-    from klue_tc.report.loading import store_roots
-    from klue_tc.results import ResultsStore
+    below `directory` that kept them (a results store's, or a run directory's)."""
+    from klue_tc.report.loading import fold_records
 
     found = {}
-    for root in store_roots(Path(directory)):
-        for record in ResultsStore(root).records():
-            titles = record.predictions.validation if record.predictions is not None else None
-            if titles is not None and record.config_hash:
-                found[(record.config_hash, record.fold)] = (titles.index, titles.label, titles.predicted)
+    for record in fold_records(directory):
+        titles = record.predictions.validation if record.predictions is not None else None
+        if titles is not None:
+            found[(record.config_hash, record.fold)] = (titles.index, titles.label, titles.predicted)
     return found
 
 
