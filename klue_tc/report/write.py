@@ -209,15 +209,9 @@ def write_report(
     summary = with_columns(summary, sections)
     summary.to_csv(directory / "report.csv", index=False)
     print_tables(f1_tables(summary, "f1"))
-    if reference is not None:
-        print(
-            f"{BASELINE} on the same folds: CV macro-F1 {reference['f1']:.4f}"
-            + (f", validation {reference['validation_f1']:.4f}" if pd.notna(reference["validation_f1"]) else "")
-        )
-    for other in baselines:
-        if other is not reference:
-            scores = f"CV macro-F1 {other['f1']:.4f}, validation {other['validation_f1']:.4f}"
-            print(f"{other['name']} on the same folds: {scores}")
+    for scores in baselines:  # the reference (TF-IDF + SVM) first, as the report tables them
+        validation = f", validation {scores['validation_f1']:.4f}" if pd.notna(scores["validation_f1"]) else ""
+        print(f"{scores['name']} on the same folds: CV macro-F1 {scores['f1']:.4f}{validation}")
     if missing:
         log.warning("%d cells missing or short of folds (report.md: Missing)", missing_count)
     if len(set(folds["code"])) > 1:
