@@ -157,6 +157,15 @@ def test_files_written(sweep_dir: Path):
     assert (sweep_dir / "f1_by_layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_report_names_the_command_that_writes_it_again(sweep_dir: Path, tmp_path: Path):
+    (tmp_path / "other" / "a").mkdir(parents=True)
+    write_metrics(tmp_path / "other" / "a", metrics("mecab", "cnn", "post", 2, [(0, 0.7), (1, 0.8)]))
+    write_report(sweep_dir, baseline=False, beside=tmp_path / "other")
+    command = f"`python -m klue_tc.report {sweep_dir} --no-baseline --beside {tmp_path / 'other'}`"
+    assert command in (sweep_dir / "report.md").read_text(encoding="utf-8").split("\n## ")[0]
+    assert command in (sweep_dir / "claims.md").read_text(encoding="utf-8")
+
+
 def test_single_run_directory_and_heads(tmp_path: Path):
     """A single run's metrics.json holds all folds; two heads put the head into the row label."""
     write_metrics(tmp_path / "a", metrics("kobert", "cnn", "post", 3, [(0, 0.7), (1, 0.8)], head="cls"))

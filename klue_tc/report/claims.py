@@ -336,10 +336,14 @@ def claims_markdown(
     claims_by_metric: Mapping[str, Sequence[Claim]],
     not_judged: Sequence[str] = (),
     beside: Sequence[StudyVerdicts] = (),
+    command: Optional[str] = None,
 ) -> str:
     """The judged claims per metric, one line per question the records cannot judge and why, and
-    (given `beside`) the verdicts of several studies side by side."""
-    lines = ["# The original study's claims, judged from the records", "", method_line(), ""]
+    (given `beside`) the verdicts of several studies side by side; `command`: the one that wrote it."""
+    lines = ["# The original study's claims, judged from the records", ""]
+    if command:
+        lines += [f"Written with report.md by `{command}`.", ""]
+    lines += [method_line(), ""]
     if beside:
         lines += side_by_side(beside)
     for metric, claims in claims_by_metric.items():

@@ -255,15 +255,18 @@ def to_markdown(
     grids: Optional[Mapping[str, Grid]] = None,
     interactions: Optional[pd.DataFrame] = None,
     more_verdicts: Sequence[str] = (),
+    command: Optional[str] = None,
 ) -> str:
-    """report.md up to the further sections; `more_verdicts`: their lines for the Verdicts list."""
+    """report.md up to the further sections; `more_verdicts`: their lines for the Verdicts list;
+    `command`: the one that wrote it."""
     grids = grids or {}
     codes = sorted(set(folds["code"]))
     lines = [
         f"# F1 comparison: {directory.name}",
         "",
         f"{len(summary)} configurations, {len(folds)} (configuration, fold) records; "
-        f"records made by code {', '.join(codes)}.",
+        f"records made by code {', '.join(codes)}."
+        + (f" Written, with claims.md and the plots, by `{command}`." if command else ""),
         "",
     ]
     if recipe is not None:

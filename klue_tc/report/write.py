@@ -145,6 +145,12 @@ def with_columns(summary: pd.DataFrame, sections: list[Section]) -> pd.DataFrame
     return summary
 
 
+def report_command(directory: Path, baseline: bool, beside: Optional[Path]) -> str:
+    """The command line that writes this report again from the same records."""
+    flags = ("" if baseline else " --no-baseline") + (f" --beside {beside}" if beside else "")
+    return f"python -m klue_tc.report {directory}{flags}"
+
+
 def write_report(
     directory: str | Path,
     log_to_wandb: bool = False,
@@ -180,7 +186,12 @@ def write_report(
     effects.table.to_csv(directory / "effects.csv", index=False)
     interplay.to_csv(directory / "interactions.csv", index=False)
     (directory / "claims.md").write_text(
-        claims_markdown(verdicts.judged, verdicts.not_judged, studies_side_by_side(folds, metrics, beside)),
+        claims_markdown(
+            verdicts.judged,
+            verdicts.not_judged,
+            studies_side_by_side(folds, metrics, beside),
+            report_command(directory, baseline, beside),
+        ),
         encoding="utf-8",
     )
     plots = draw(summary, effects, baselines, directory)
@@ -199,6 +210,7 @@ def write_report(
         grids,
         interplay,
         [section.verdict for section in sections if section.verdict],
+        report_command(directory, baseline, beside),
     )
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:
