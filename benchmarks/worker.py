@@ -234,7 +234,8 @@ def pretrain_worker(run, prepared, spec: dict) -> dict:
     state_dir = Path(tempfile.mkdtemp(dir=spec["work_dir"], prefix="pretraining-state-"))
     encoded = prepared.train.encoded
     device = resolve_device(run.trainer)
-    _, steps, loss = pretrain_encoder(run, device, prepared.tokenizer, encoded, state_dir / "resume.pt", timer)
+    outcome = pretrain_encoder(run, device, prepared.tokenizer, encoded, state_dir / "resume.pt", timer)
+    steps, loss = outcome.steps, outcome.loss
     tokenizer = prepared.tokenizer
     head_rows = int(timer.head_rows)
     step_flops = masked_lm_step_flops(new_masked_lm(run, tokenizer), timer.widths, head_rows, _token_id(tokenizer))

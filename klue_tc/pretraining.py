@@ -9,6 +9,7 @@ saved step, not the last finished epoch.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import json
@@ -50,6 +51,14 @@ MIN_WARMUP_STEPS = 8
 BUCKET_MULTIPLIER = 50
 # What the progress line calls each objective's loss (ELECTRA's: generator MLM + lambda x detection BCE).
 LOSS_NAMES = {"mlm": "MLM loss", "electra": "ELECTRA loss"}
+LOSS_WINDOW = 50  # steps: one batch's loss moves by tenths, their mean is what a table can compare
+
+
+class PretrainingOutcome(NamedTuple):
+    weights: dict  # the encoder's state dict, on the CPU
+    steps: int
+    loss: float  # the mean over the last LOSS_WINDOW steps (of this sitting)
+    seconds: float  # of pretraining over every sitting, a resumed one's earlier sittings included
 
 
 class MaskedBatch(NamedTuple):
@@ -212,30 +221,30 @@ def _train_and_store(
     folder = store.folder(key)
     tokenizer, tok_key = cache.tokenizer(run.tokenizer, corpus.texts, corpus.fingerprint)
     encoded = cache.encoded(tokenizer, tok_key, corpus.texts, corpus.fingerprint)
-    started = time.perf_counter()
-    weights, steps, loss = pretrain_encoder(run, device, tokenizer, encoded, folder / STATE_FILE, on_step)
-    atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(weights, tmp))
+    outcome = pretrain_encoder(run, device, tokenizer, encoded, folder / STATE_FILE, on_step)
+    atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(outcome.weights, tmp))
     shutil.rmtree(folder / TOKENIZER_DIR, ignore_errors=True)
     tokenizer.save(folder / TOKENIZER_DIR)
     meta = {
         "objective": run.pretrain.objective,
-        "steps": steps,
-        "final_loss": loss,
+        "steps": outcome.steps,
+        "final_loss": outcome.loss,
         "corpus_titles": len(corpus.texts),
         "corpus_fingerprint": corpus.fingerprint,
         "left_out_scored_titles": corpus.left_out,
         "include_scored_titles": corpus.include_scored_titles,
         "tokenizer_key": tok_key,
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(outcome.seconds, 1),
     }
     atomic_write_json(folder / META_FILE, meta)
     (folder / STATE_FILE).unlink(missing_ok=True)
     log.info(
-        "pretrained encoder %s: %d %s steps, final loss %.3f, stored in %s",
+        "pretrained encoder %s: %d %s steps, loss %.3f over the last %d, stored in %s",
         key,
-        steps,
+        outcome.steps,
         run.pretrain.objective,
-        loss,
+        outcome.loss,
+        LOSS_WINDOW,
         folder,
     )
     return PretrainedEncoder(key, folder, tokenizer, tok_key, meta)
@@ -267,11 +276,10 @@ def pretrain_encoder(
     encoded: EncodedTitles,
     state_path: Path,
     on_step: Optional[StepHook] = None,
-) -> tuple[dict, int, float]:
+) -> PretrainingOutcome:
     """Steps of the objective (masked LM or ELECTRA) over `encoded`; the resumable state is written
     to `state_path` every `pretrain.save_every_steps` steps and at the step a stop signal comes
-    (then JobInterrupted), and a run that finds one there goes on from it.
-    Returns the encoder's state dict (on the CPU), the steps taken and the last loss."""
+    (then JobInterrupted), and a run that finds one there goes on from it."""
     cfg = run.pretrain
     bf16 = "bf16" in device.precision
     on = device.torch_device
@@ -284,13 +292,18 @@ def pretrain_encoder(
     generator = torch.Generator(on).manual_seed(run.seed)
     specials, vocab_size = tokenizer.specials, tokenizer.vocab_size
     starts = word_start_table(tokenizer).to(on) if cfg.whole_word else None
-    step = _resume(state_path, model, optimizer, scheduler, generator)
+    step, seconds_before = _resume(state_path, model, optimizer, scheduler, generator)
+    started = time.perf_counter()
+
+    def seconds() -> float:
+        return seconds_before + time.perf_counter() - started
+
     batches = PaddedBatches(encoded, None, specials.pad, pad_multiple=run.data.pad_multiple)
     sampler = BucketBatchSampler(
         encoded.lengths, cfg.batch_size, shuffle=True, seed=run.seed, multiplier=BUCKET_MULTIPLIER
     )
     model.train()
-    loss = torch.tensor(float("nan"))
+    recent: collections.deque = collections.deque(maxlen=LOSS_WINDOW)  # detached: no sync per step
     with interrupts.at_step_boundaries():
         while step < total:
             epoch, done_in_epoch = divmod(step, per_epoch)
@@ -312,24 +325,27 @@ def pretrain_encoder(
                 optimizer.step()
                 scheduler.step()
                 step += 1
+                recent.append(loss.detach())
                 if on_step is not None:
                     on_step(step, total, loss.detach(), MaskedBatch(original, picked))
                 if step == total:
                     break
                 stop = interrupts.requested()  # a scheduler's SIGTERM: saved at this step, not the last save
                 if step % cfg.save_every_steps == 0 or stop is not None:
-                    _save_state(state_path, step, model, optimizer, scheduler, generator)
+                    _save_state(state_path, step, seconds(), model, optimizer, scheduler, generator)
                 if stop is not None:
                     raise interrupts.JobInterrupted(
                         stop, f"in pretraining, at step {step} of {total}: its state is saved in {state_path}"
                     )
     weights = {name: tensor.detach().cpu() for name, tensor in model.encoder.state_dict().items()}
-    return weights, step, float(loss.detach())
+    loss = float(torch.stack(list(recent)).float().mean()) if recent else math.nan
+    return PretrainingOutcome(weights, step, loss, seconds())
 
 
-def _save_state(path: Path, step: int, model, optimizer, scheduler, generator: torch.Generator) -> None:
+def _save_state(path: Path, step: int, seconds: float, model, optimizer, scheduler, generator: torch.Generator) -> None:
     state = {
         "step": step,
+        "seconds": seconds,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -340,10 +356,11 @@ def _save_state(path: Path, step: int, model, optimizer, scheduler, generator: t
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> int:
-    """The step a saved state ends at (0 with none, or with one a kill left unreadable)."""
+def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> tuple[int, float]:
+    """The step a saved state ends at and the seconds spent reaching it ((0, 0) with none, or with
+    one a kill left unreadable)."""
     if not path.is_file():
-        return 0
+        return 0, 0.0
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
@@ -355,9 +372,9 @@ def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator)
             torch.cuda.set_rng_state_all(state["cuda_rng"])
     except Exception as err:  # cut short by a kill: start again
         log.warning("pretraining state %s is unreadable (%s); pretraining from the start", path, type(err).__name__)
-        return 0
+        return 0, 0.0
     log.info("pretraining resumes after step %d, from %s", state["step"], path)
-    return state["step"]
+    return state["step"], state.get("seconds", 0.0)
 
 
 def load_pretrained_encoder(model: nn.Module, pretrained: PretrainedEncoder) -> None:

@@ -309,8 +309,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     )
     tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
     encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
-    whole, steps, _ = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
-    assert steps == 6
+    whole = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt").weights
 
     def kill_after_step_3(step, total, loss, batch):
         if step == 3:
@@ -320,14 +319,16 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     with pytest.raises(Killed):
         pretrain_encoder(run, CPU, tokenizer, encoded, state, kill_after_step_3)
     assert torch.load(state, weights_only=False)["step"] == 2
+    before = torch.load(state, weights_only=False)["seconds"]
     taken = []
     with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
-        resumed, steps, _ = pretrain_encoder(
+        resumed = pretrain_encoder(
             run, CPU, tokenizer, encoded, state, lambda step, total, loss, batch: taken.append(step)
         )
-    assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and steps == 6
+    assert "resumes after step 2" in caplog.text and taken == [3, 4, 5, 6] and resumed.steps == 6
+    assert before > 0 and resumed.seconds > before  # the first sitting's seconds count too
     for name, tensor in whole.items():
-        torch.testing.assert_close(resumed[name], tensor, msg=name)
+        torch.testing.assert_close(resumed.weights[name], tensor, msg=name)
 
 
 def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from_it(tmp_path, monkeypatch):
@@ -341,7 +342,7 @@ def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from
     assert run.pretrain.save_every_steps > 6  # no periodic save: the signal alone writes the state
     tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
     encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
-    whole, _, _ = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
+    whole = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt").weights
 
     def sigterm_during_step_3(step, total, loss, batch):
         if step == 3:
@@ -352,10 +353,10 @@ def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from
         pretrain_encoder(run, CPU, tokenizer, encoded, state, sigterm_during_step_3)
     assert torch.load(state, weights_only=False)["step"] == 3
     monkeypatch.setattr(interrupts._state, "signum", None)  # the rerun is a new process
-    resumed, steps, _ = pretrain_encoder(run, CPU, tokenizer, encoded, state)
-    assert steps == 6
+    resumed = pretrain_encoder(run, CPU, tokenizer, encoded, state)
+    assert resumed.steps == 6
     for name, tensor in whole.items():
-        torch.testing.assert_close(resumed[name], tensor, msg=name)
+        torch.testing.assert_close(resumed.weights[name], tensor, msg=name)
 
 
 def assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial) -> None:

@@ -28,12 +28,12 @@ def record(key: str, fold: int, f1: float = 0.7, **extra) -> FoldResult:
         "device": "CPU A",
         "threads": 1,
         "train_seconds": 20.0,
+        "time_to_first_step_s": 0.0,
         **extra,
     }
     return FoldResult(
         fold=fold, f1=f1, accuracy=f1, best_epoch=1, epochs_run=2, train_samples_per_s=100.0,
-        time_to_first_step_s=0.0, train_size=100, val_size=50, checkpoint=None, tokenizer_dir="tok",
-        config_hash=key, **values,
+        train_size=100, val_size=50, checkpoint=None, tokenizer_dir="tok", config_hash=key, **values,
     )  # fmt: skip
 
 
@@ -405,3 +405,39 @@ def test_with_several_pretrainings_the_best_of_each_is_compared():
     assert [v.confidence for c in contenders for v in c.comparisons] == pytest.approx([1 - 0.05 / 4] * 8)
     scratch = next(c for c in contenders if c.among == "from scratch")
     assert {v.verdict for v in scratch.comparisons if v.metric == "validation_f1"} == {"ahead"}  # all right vs 80 %
+
+
+def pretrained_from(key: str, seconds: float, include_scored: bool = False) -> dict:
+    return {
+        "key": key,
+        "objective": "mlm",
+        "steps": 100,
+        "final_loss": 6.0,
+        "seconds": seconds,
+        "corpus_titles": 900,
+        "left_out_scored_titles": 0 if include_scored else 300,
+        "include_scored_titles": include_scored,
+    }
+
+
+def test_the_pretrained_encoders_section_says_what_they_read_and_cost():
+    """Fold 0 waited for the pretraining (its first step came after it) and names the machine; the
+    other folds found the encoder stored."""
+    from klue_tc.report.pretrained import pretraining_section, pretrainings
+
+    two, four = (Describe("transformer", "transformer", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
+    folds = [
+        record("p2", k, describe=two, pretrained=pretrained_from("e2", 600.0), time_to_first_step_s=(605.0, 1, 1)[k])
+        for k in range(3)
+    ] + [record("p4", 0, describe=four, pretrained=pretrained_from("e4", 1200.0), time_to_first_step_s=2.0)]
+    frame = pretrainings([*folds, record("scratch", 0)])
+    assert list(frame.index) == ["e2", "e4"] and frame.loc["e2", "machine"] == "CPU A, 1 thread"
+    assert pd.isna(frame.loc["e4", "machine"])  # found stored by every fold of its configuration here
+    text = "\n".join(pretraining_section(folds).lines)
+    assert "2 encoders were pretrained (mlm, 100 steps over 900 unlabelled titles each)" in text
+    assert "and 4 fine-tuned folds started from them; none read a scored title: each left out all 300" in text
+    assert "Pretraining took 0.5 hours" in text
+    assert "| mecab / transformer / post | 10 |" in text  # 600 s on CPU A; the 4-layer one untimed
+    leaked = [replace(folds[0], pretrained=pretrained_from("e2", 600.0, include_scored=True))]
+    assert "1 of 1 read corpora that include the scored titles" in "\n".join(pretraining_section(leaked).lines)
+    assert pretraining_section([record("scratch", 0)]).lines == []

@@ -115,12 +115,13 @@ def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directo
 
 def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[dict]) -> list[Section]:
     """What the records hold beyond the F1 tables: the linear baselines side by side and the best
-    configuration against them, sizes, speed per machine, the best configurations class by class,
-    and the class mix."""
+    configuration against them, sizes, the pretrained encoders, speed per machine, the best
+    configurations class by class, and the class mix."""
     from klue_tc.report.against_baselines import against_baselines_section
     from klue_tc.report.baselines import baselines_section
     from klue_tc.report.class_mix import class_mix_section
     from klue_tc.report.per_class import per_class_section
+    from klue_tc.report.pretrained import pretraining_section
     from klue_tc.report.sizes import size_section
     from klue_tc.report.speed import speed_section
 
@@ -131,6 +132,7 @@ def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[
         baselines_section(baselines, recipe),
         against_baselines_section(records, baselines),
         size_section(records, directory, baselines),
+        pretraining_section(records),
         speed_section(records),
         per_class_section(records, directory, baselines),
         class_mix_section(records, recipe, baselines),
@@ -215,7 +217,7 @@ def write_report(
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
-    markdown += "".join("\n" + "\n".join(section.lines) for section in sections)
+    markdown += "".join("\n" + "\n".join(section.lines) for section in sections if section.lines)
     plots += [plot for section in sections for plot in section.plots]
     (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
     summary = with_columns(summary, sections)

@@ -1,0 +1,93 @@
+"""The pretrained encoders the records started from: what each pretraining read (and that no scored
+title was among it), how far its masked-LM loss fell, and what it cost, in minutes per machine."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from klue_tc.records import FoldResult
+from klue_tc.report.sections import Section, configurations
+from klue_tc.report.speed import machine
+
+
+def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
+    """One row per pretrained encoder (indexed by its store key): the configuration that started
+    from it, what it read, its last loss and seconds, and the machine of the job that ran it (the
+    fold whose first step waited for it; unknown where every fold found it stored)."""
+    rows: dict[str, dict] = {}
+    for record in sorted(records, key=lambda r: r.fold):
+        stored = record.pretrained
+        if not stored or not stored.get("key"):
+            continue
+        row = rows.setdefault(
+            stored["key"],
+            {
+                "config_hash": record.config_hash,
+                "objective": stored.get("objective"),
+                "steps": stored.get("steps"),
+                "final_loss": stored.get("final_loss"),
+                "seconds": stored.get("seconds"),
+                "corpus_titles": stored.get("corpus_titles"),
+                "left_out_scored_titles": stored.get("left_out_scored_titles"),
+                "include_scored_titles": bool(stored.get("include_scored_titles")),
+                "machine": None,
+            },
+        )
+        seconds = stored.get("seconds") or 0.0
+        if row["machine"] is None and seconds and record.time_to_first_step_s >= 0.9 * seconds:
+            row["machine"] = machine(record)
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], text) -> pd.DataFrame:
+    """Rows the configuration without its layer count, columns the layer counts, cells text(row)."""
+    designs = configurations(records)
+    frame = frame.join(designs[["row", "layers"]], on="config_hash")
+    order = [r for r in dict.fromkeys(designs["row"]) if r in set(frame["row"])]
+    cells = pd.Series(
+        [text(row) for _, row in frame.iterrows()], index=pd.MultiIndex.from_frame(frame[["row", "layers"]])
+    )
+    table = cells.groupby(level=[0, 1]).first().unstack("layers")
+    return table.reindex(index=order, columns=sorted(frame["layers"].unique())).fillna("–")
+
+
+def pretraining_section(records: Sequence[FoldResult]) -> Section:
+    from klue_tc.report.render import markdown_table
+
+    frame = pretrainings(records)
+    if frame.empty:
+        return Section([])
+    scored_in = int(frame["include_scored_titles"].sum())
+    left_out = frame["left_out_scored_titles"].dropna()
+    read = (
+        f"none read a scored title: each left out all {int(left_out.min()):,} labelled titles"
+        if not scored_in and len(left_out) == len(frame) and left_out.min() == left_out.max()
+        else f"{scored_in} of {len(frame)} read corpora that include the scored titles"
+    )
+    started = [r for r in records if r.pretrained]
+    fine_tuning = sum(r.train_seconds or 0.0 for r in started)
+    lines = [
+        "## The pretrained encoders",
+        "",
+        f"{len(frame)} encoders were pretrained ({', '.join(sorted(set(frame['objective'].dropna())))}, "
+        f"{int(frame['steps'].median()):,} steps over {int(frame['corpus_titles'].median()):,} unlabelled "
+        f"titles each) and {len(started)} fine-tuned folds started from them; {read}. Pretraining took "
+        f"{frame['seconds'].sum() / 3600:.1f} hours of job time as recorded (older code recorded only the last "
+        f"sitting of a pretraining resumed across sittings), fine-tuning the folds that started from them "
+        f"{fine_tuning / 3600:.1f} hours.",
+        "",
+    ]
+    timed = frame.dropna(subset=["machine", "seconds"])
+    if timed.empty:
+        return Section(lines)
+    lines += [
+        "Minutes of pretraining as recorded, one table per machine (wall clock under whatever else ran beside it):",
+        "",
+    ]
+    for name, part in timed.groupby("machine", sort=False):
+        minutes = by_design(part, records, lambda row: f"{row['seconds'] / 60:.0f}")
+        header = ["configuration", *(f"{n} layers" for n in minutes.columns)]
+        lines += [f"### {name}", "", *markdown_table(minutes, header), ""]
+    return Section(lines)
