@@ -227,8 +227,7 @@ def pretrain_worker(run, prepared, spec: dict) -> dict:
     import torch
 
     from klue_tc.hardware import resolve_device
-    from klue_tc.models.masked_lm import MLM_ROW_BUCKET
-    from klue_tc.pretraining import new_masked_lm, pretrain_encoder
+    from klue_tc.pretraining import HEAD_ROW_BUCKET, new_masked_lm, pretrain_encoder
 
     timer = PretrainTimer(torch.device("cuda" if spec["gpu"] else "cpu"))
     Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
@@ -253,7 +252,7 @@ def pretrain_worker(run, prepared, spec: dict) -> dict:
         "trained_samples": timer.samples,
         "masked_tokens": int(timer.masked),
         "head_rows": head_rows,
-        "head_row_bucket": MLM_ROW_BUCKET,
+        "head_row_bucket": HEAD_ROW_BUCKET,
         "tokens": timer.tokens,
         "final_loss": loss,
         "mask_p": run.pretrain.mask_p,

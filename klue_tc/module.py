@@ -20,9 +20,12 @@ from klue_tc.data import LABEL_NAMES
 from klue_tc.errors import ConfigError
 from klue_tc.masking import corrupt_picked, masking_probability, pick_tokens
 from klue_tc.models import build_classifier
-from klue_tc.models.masked_lm import MLM_ROW_BUCKET, MaskedLMHead
+from klue_tc.models.masked_lm import MaskedLMHead
 from klue_tc.registry import ENCODERS, HEADS
 from klue_tc.tokenizers import SpecialIds
+
+# The auxiliary masked-LM loss of fine-tuning: its rows rounded up to a multiple of 256 (masked_rows).
+MLM_ROW_BUCKET = 256
 
 log = logging.getLogger(__name__)
 

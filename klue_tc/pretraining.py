@@ -36,7 +36,7 @@ from klue_tc.hardware import Device
 from klue_tc.masking import corrupt_picked, pick_tokens, pick_whole_words
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import MLM_ROW_BUCKET, MaskedLMHead, round_up
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, round_up
 from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
 from klue_tc.module import lr_lambda, warmup_steps
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
@@ -69,7 +69,7 @@ class MaskedBatch(NamedTuple):
 
     def head_rows(self) -> torch.Tensor:
         """The rows the masked-LM head scores (a tensor: reading it would wait for the device)."""
-        return round_up(self.picked.sum(), MLM_ROW_BUCKET)
+        return round_up(self.picked.sum(), HEAD_ROW_BUCKET)
 
 
 StepHook = Callable[[int, int, torch.Tensor, MaskedBatch], None]  # (step done, total steps, loss, batch)
@@ -120,7 +120,7 @@ class MaskedLanguageModel(nn.Module):
         ReplacedTokenDetection takes it so that one loop drives both."""
         states = self.encoder(shown, shown.eq(self.pad_id))
         # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
-        loss, _ = self.head.loss(states, self.encoder.embeddings.tokens.weight, original, picked, MLM_ROW_BUCKET)
+        loss, _ = self.head.loss(states, self.encoder.embeddings.tokens.weight, original, picked, HEAD_ROW_BUCKET)
         return loss
 
 

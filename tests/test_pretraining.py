@@ -29,7 +29,7 @@ from klue_tc.models.replaced_token_detection import (
 )
 from klue_tc.module import TopicClassifierModule
 from klue_tc.pretraining import (
-    MLM_ROW_BUCKET,
+    HEAD_ROW_BUCKET,
     MaskedBatch,
     MaskedLanguageModel,
     PretrainedStore,
@@ -154,8 +154,8 @@ def test_the_masked_lm_loss_is_computed_at_the_picked_positions_only(tmp_path, m
     # The vocabulary projection runs on the masked rows, their count rounded up to a small bucket
     # (what the benchmark counts as the head's rows), not on every position.
     (rows,) = rows_seen
-    assert len(rows) == int(MaskedBatch(ids, picked).head_rows()) == -(-masked // MLM_ROW_BUCKET) * MLM_ROW_BUCKET
-    assert masked <= len(rows) < masked + MLM_ROW_BUCKET and len(rows) < ids.numel() / 4
+    assert len(rows) == int(MaskedBatch(ids, picked).head_rows()) == -(-masked // HEAD_ROW_BUCKET) * HEAD_ROW_BUCKET
+    assert masked <= len(rows) < masked + HEAD_ROW_BUCKET and len(rows) < ids.numel() / 4
     states = model.encoder(ids, ids.eq(model.pad_id))
     torch.testing.assert_close(rows[:masked], states[picked])  # the rows are the masked positions' states
     scores = head_forward(states[picked], model.encoder.embeddings.tokens.weight)

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from klue_tc.config import ElectraConfig, EncoderConfig
 from klue_tc.masking import any_of
 from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import MLM_ROW_BUCKET, MaskedLMHead
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead
 from klue_tc.registry import ENCODERS
 from klue_tc.tokenizers import SpecialIds
 
@@ -117,7 +117,7 @@ class ReplacedTokenDetection(nn.Module):
         states = self.generator(shown, padding)
         # The vocabulary projection at the picked rows only (and a few ignored ones of the bucket).
         token_embedding = self.encoder.embeddings.tokens.weight
-        generator_loss, scores = self.generator_head.loss(states, token_embedding, original, picked, MLM_ROW_BUCKET)
+        generator_loss, scores = self.generator_head.loss(states, token_embedding, original, picked, HEAD_ROW_BUCKET)
         count = int(picked.sum())
         replaced, labels = replaced_token_labels(original, picked, sample_tokens(scores, never, rng)[:count])
         real = ~any_of(original, never)
