@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from klue_tc.records import FoldResult
-from klue_tc.report.grid_model import CONFIDENCE, family_confidence
+from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
 from klue_tc.report.sections import Section, configurations, ranked_by_cv
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
 
@@ -42,7 +42,7 @@ class Comparison:
 
     def text(self) -> str:
         folds = "" if self.folds > 1 else "; 1 fold"
-        return f"{self.difference:+.3f} ({self.low:+.3f}..{self.high:+.3f}{folds})"
+        return f"{signed(self.difference)} ({signed(self.low)}..{signed(self.high)}{folds})"
 
 
 def _by_fold(records: Sequence[FoldResult], key: str) -> dict[int, FoldResult]:
