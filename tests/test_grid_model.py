@@ -220,7 +220,7 @@ def test_the_report_names_the_interactions_found_among_its_verdicts():
 def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_path):
     from test_selection import some_predictions
 
-    from klue_tc.records import FoldResult
+    from klue_tc.records import Describe, FoldResult
     from klue_tc.report.title_bootstrap import validation_predictions
     from klue_tc.results import ResultsStore
 
@@ -234,6 +234,7 @@ def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_pat
             fold=fold, f1=0.5, accuracy=0.5, best_epoch=1, epochs_run=1, train_samples_per_s=1.0,
             time_to_first_step_s=0.0, train_seconds=1.0, train_size=10, val_size=5, checkpoint=None,
             tokenizer_dir="tokenizer", config_hash=config, predictions=predictions,
+            describe=Describe("cnn", "cnn", "post", 2, "cls", "mecab"),
         )  # fmt: skip
         store.put(config, fold, record)
         (tmp_path / "results" / config / f"fold{fold}.predictions.npz").unlink()  # as committed: classes only
