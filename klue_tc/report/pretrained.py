@@ -1,5 +1,5 @@
 """The pretrained encoders the records started from: what each pretraining read (and that no scored
-title was among it), how far its masked-LM loss fell, and what it cost, in minutes per machine."""
+title was among it) and what it cost, in minutes per machine."""
 
 from __future__ import annotations
 

@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from klue_tc.records import FoldResult
 from klue_tc.report.grid_model import CONFIDENCE
 
 RESAMPLES = 1000
 METHOD = f"crossed bootstrap over folds × validation titles ({RESAMPLES} resamples, percentile)"
 
 
-def validation_predictions(directory: Path) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def validation_predictions(
+    directory: Path, records: Optional[Sequence[FoldResult]] = None
+) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(config_hash, fold) -> (validation row index, true class, predicted class), from the records
     below `directory` that kept them (a results store's, or a run directory's)."""
     from klue_tc.report.loading import fold_records
 
     found = {}
-    for record in fold_records(directory):
+    for record in fold_records(directory) if records is None else records:
         titles = record.predictions.validation if record.predictions is not None else None
         if titles is not None:
             found[(record.config_hash, record.fold)] = (titles.index, titles.label, titles.predicted)

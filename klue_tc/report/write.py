@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from klue_tc.records import FoldResult
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
@@ -113,7 +114,9 @@ def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directo
     return plots
 
 
-def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[dict]) -> list[Section]:
+def further_sections(
+    directory: Path, recipe: Optional[Recipe], baselines: list[dict], records: list[FoldResult]
+) -> list[Section]:
     """What the records hold beyond the F1 tables: the linear baselines side by side and the best
     configuration against them, sizes, the pretrained encoders, speed per machine, the best
     configurations class by class, and the class mix."""
@@ -125,7 +128,6 @@ def further_sections(directory: Path, recipe: Optional[Recipe], baselines: list[
     from klue_tc.report.sizes import size_section
     from klue_tc.report.speed import speed_section
 
-    records = fold_records(directory)
     if not records:  # runs whose metrics.json name no configuration
         return []
     return [
@@ -171,7 +173,8 @@ def write_report(
     directory = Path(directory)
     folds = fold_frame(directory)
     best = optuna_best(directory)
-    predictions = validation_predictions(directory)
+    records = fold_records(directory)  # read once: the predictions of every fold are in them
+    predictions = validation_predictions(directory, records)
     titles = TitleBootstrap(predictions) if predictions else None
     summary = summarise_configs(folds, best, titles)
     recipe = run_recipe(directory)
@@ -197,7 +200,7 @@ def write_report(
         encoding="utf-8",
     )
     plots = draw(summary, effects, baselines, directory)
-    sections = further_sections(directory, recipe, baselines)
+    sections = further_sections(directory, recipe, baselines, records)
     markdown = to_markdown(
         directory,
         summary,
