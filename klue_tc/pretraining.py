@@ -222,6 +222,7 @@ def _train_and_store(
     tokenizer, tok_key = cache.tokenizer(run.tokenizer, corpus.texts, corpus.fingerprint)
     encoded = cache.encoded(tokenizer, tok_key, corpus.texts, corpus.fingerprint)
     outcome = pretrain_encoder(run, device, tokenizer, encoded, folder / STATE_FILE, on_step)
+    threads = torch.get_num_threads()
     atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(outcome.weights, tmp))
     shutil.rmtree(folder / TOKENIZER_DIR, ignore_errors=True)
     tokenizer.save(folder / TOKENIZER_DIR)
@@ -235,6 +236,9 @@ def _train_and_store(
         "include_scored_titles": corpus.include_scored_titles,
         "tokenizer_key": tok_key,
         "seconds": round(outcome.seconds, 1),
+        # what ran it, so the report times it on its own machine (the folds that reuse it may run elsewhere)
+        "device": device.name,
+        "threads": threads,
     }
     atomic_write_json(folder / META_FILE, meta)
     (folder / STATE_FILE).unlink(missing_ok=True)

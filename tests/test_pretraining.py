@@ -256,6 +256,7 @@ def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
     first = ensure_pretrained(run, CPU, corpus, store, cache, None)
     assert first.meta["steps"] == 2 and first.weights.is_file()
+    assert (first.meta["device"], first.meta["threads"]) == (CPU.name, torch.get_num_threads())  # what ran it
 
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained again")
@@ -441,6 +442,7 @@ def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path
     records = [fold["pretrained"] for fold in metrics["folds"]]
     assert {r["key"] for r in records} == {stored[0].name} and not records[0]["include_scored_titles"]
     assert records[0]["corpus_titles"] == 98 - 63  # the file's titles that are not labelled (none repeat one)
+    assert records[0]["device"] == metrics["folds"][0]["device"] and records[0]["threads"] >= 1  # what ran it
     # A second sweep over the same key: the results are found and nothing trains.
     run_in_process([*common, "results.resume=false"], tmp_path / "run2")
     assert len(list((tmp_path / "pretrained").iterdir())) == 1

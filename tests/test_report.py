@@ -250,8 +250,27 @@ def test_missing_cells_and_short_configurations_are_named(sweep_dir: Path, caplo
     missing = markdown.split("## Missing")[1]
     assert "- mecab / transformer / post / 6 layers: no record" in missing
     assert "- mecab / trans_blstm / post / 2 layers: 1 of 3 folds" in missing
-    assert "- sentencepiece /" not in missing  # every sentencepiece cell is there
+    # every sentencepiece cell of a row that began is there; TRANS-BLSTM pre-LN never began
+    assert [line for line in missing.splitlines() if line.startswith("- sentencepiece /")] == [
+        "- sentencepiece / trans_blstm / pre / 2, 4, 6 layers: no record"
+    ]
     assert any("cells missing or short of folds" in r.getMessage() for r in caplog.records)
+
+
+def test_a_row_no_record_has_begun_is_missing_too():
+    """The CNN was pretrained, TRANS-BLSTM was not yet: its pretrained row, with no record at all,
+    is as missing as a single absent cell of a row that has begun."""
+    from klue_tc.report.summary import missing_cells
+
+    rows = [
+        (enc, "post", pretrain, layers)
+        for enc, pretrain in [("cnn", "none"), ("cnn", "mlm"), ("trans_blstm", "none")]
+        for layers in (2, 4)
+    ]
+    summary = pd.DataFrame(rows, columns=["encoder", "ln", "pretrain", "layers"]).assign(tokenizer="mecab", folds=3)
+    lines, count = missing_cells(summary, planned_folds=3)
+    assert lines == ["mecab / trans_blstm / post / mlm / 2, 4 layers: no record"]
+    assert count == 2
 
 
 def test_a_sweep_at_its_first_fold_is_short_of_the_planned_folds(tmp_path: Path):

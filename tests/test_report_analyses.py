@@ -441,3 +441,16 @@ def test_the_pretrained_encoders_section_says_what_they_read_and_cost():
     leaked = [replace(folds[0], pretrained=pretrained_from("e2", 600.0, include_scored=True))]
     assert "1 of 1 read corpora that include the scored titles" in "\n".join(pretraining_section(leaked).lines)
     assert pretraining_section([record("scratch", 0)]).lines == []
+
+
+def test_a_pretraining_that_names_its_machine_is_timed_there_whichever_fold_waited():
+    """Newer records say what ran the pretraining: that machine, not the waiting fold's, times it,
+    and a pretraining no fold waited for is timed too."""
+    from klue_tc.report.pretrained import pretrainings
+
+    two = Describe("transformer", "transformer", "post", 2, "cls", "mecab", "mlm")
+    ran = {**pretrained_from("e2", 600.0), "device": "CPU B", "threads": 2}
+    waited = record("p2", 0, describe=two, pretrained=ran, time_to_first_step_s=605.0)  # trained on CPU A
+    stored = record("p2", 1, describe=two, pretrained=ran, time_to_first_step_s=1.0)
+    assert pretrainings([waited]).loc["e2", "machine"] == "CPU B, 2 threads"
+    assert pretrainings([stored]).loc["e2", "machine"] == "CPU B, 2 threads"

@@ -8,14 +8,15 @@ from typing import Sequence
 import pandas as pd
 
 from klue_tc.records import FoldResult
-from klue_tc.report.sections import Section, configurations
-from klue_tc.report.speed import machine
+from klue_tc.report.sections import Section, by_design
+from klue_tc.report.speed import machine, machine_name
 
 
 def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
     """One row per pretrained encoder (indexed by its store key): the configuration that started
-    from it, what it read, its last loss and seconds, and the machine of the job that ran it (the
-    fold whose first step waited for it; unknown where every fold found it stored)."""
+    from it, what it read, its last loss and seconds, and the machine that ran it: as its record
+    says, or, for records of older code that did not say, the machine of the fold whose first step
+    waited for it (unknown where every fold found it stored)."""
     rows: dict[str, dict] = {}
     for record in sorted(records, key=lambda r: r.fold):
         stored = record.pretrained
@@ -32,25 +33,13 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "corpus_titles": stored.get("corpus_titles"),
                 "left_out_scored_titles": stored.get("left_out_scored_titles"),
                 "include_scored_titles": bool(stored.get("include_scored_titles")),
-                "machine": None,
+                "machine": machine_name(stored["device"], stored.get("threads")) if stored.get("device") else None,
             },
         )
         seconds = stored.get("seconds") or 0.0
         if row["machine"] is None and seconds and record.time_to_first_step_s >= 0.9 * seconds:
             row["machine"] = machine(record)
     return pd.DataFrame.from_dict(rows, orient="index")
-
-
-def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], text) -> pd.DataFrame:
-    """Rows the configuration without its layer count, columns the layer counts, cells text(row)."""
-    designs = configurations(records)
-    frame = frame.join(designs[["row", "layers"]], on="config_hash")
-    order = [r for r in dict.fromkeys(designs["row"]) if r in set(frame["row"])]
-    cells = pd.Series(
-        [text(row) for _, row in frame.iterrows()], index=pd.MultiIndex.from_frame(frame[["row", "layers"]])
-    )
-    table = cells.groupby(level=[0, 1]).first().unstack("layers")
-    return table.reindex(index=order, columns=sorted(frame["layers"].unique())).fillna("–")
 
 
 def pretraining_section(records: Sequence[FoldResult]) -> Section:
@@ -87,7 +76,7 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
         "",
     ]
     for name, part in timed.groupby("machine", sort=False):
-        minutes = by_design(part, records, lambda row: f"{row['seconds'] / 60:.0f}")
+        minutes = by_design(part, records, lambda rows: f"{rows['seconds'].iloc[0] / 60:.0f}")
         header = ["configuration", *(f"{n} layers" for n in minutes.columns)]
         lines += [f"### {name}", "", *markdown_table(minutes, header), ""]
     return Section(lines)

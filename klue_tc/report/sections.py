@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
@@ -49,6 +49,19 @@ def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
     if frame["pretrain"].nunique() > 1:
         label += " / " + frame["pretrain"].map(lambda p: "scratch" if p == "none" else p)
     return frame.assign(label=label, row=label.str.replace(r" / L\d+", "", regex=True))
+
+
+def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], cell: Callable[[pd.DataFrame], str]) -> pd.DataFrame:
+    """A table with a row per configuration without its layer count (in the study's order) and a
+    column per layer count: each cell `cell(rows)` of the frame's rows (keyed by config_hash)
+    that fall in it, '–' where none do."""
+    designs = configurations(records)
+    frame = frame.join(designs[["row", "layers"]], on="config_hash")
+    order = [r for r in dict.fromkeys(designs["row"]) if r in set(frame["row"])]
+    cells = pd.Series({place: cell(rows) for place, rows in frame.groupby(["row", "layers"], sort=False)})
+    cells.index.names = ["row", "layers"]
+    table = cells.unstack("layers")
+    return table.reindex(index=order, columns=sorted(frame["layers"].unique())).fillna("–")
 
 
 def ranked_by_cv(records: Sequence[FoldResult]) -> pd.Series:

@@ -3,18 +3,22 @@ trained on the same device type with the same thread count, so no figure here av
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pandas as pd
 
 from klue_tc.records import FoldResult
-from klue_tc.report.sections import Section, configurations
+from klue_tc.report.sections import Section, by_design
 
 
 def machine(record: FoldResult) -> str:
     """The device type a fold trained on, with torch's CPU threads where it counted them."""
-    device = record.device or "unknown device"
-    return f"{device}, {record.threads} thread{'s' if record.threads != 1 else ''}" if record.threads else device
+    return machine_name(record.device, record.threads)
+
+
+def machine_name(device: Optional[str], threads: Optional[int]) -> str:
+    device = device or "unknown device"
+    return f"{device}, {threads} thread{'s' if threads != 1 else ''}" if threads else device
 
 
 def seconds_per_epoch(records: Sequence[FoldResult]) -> pd.DataFrame:
@@ -50,16 +54,12 @@ def per_machine_tables(records: Sequence[FoldResult]) -> dict[str, pd.DataFrame]
     folds = seconds_per_epoch(records)
     if folds.empty:
         return {}
-    designs = configurations(records)
-    folds = folds.join(designs, on="config_hash")
-    rows = list(dict.fromkeys(designs["row"]))  # the study's order
-    tables = {}
-    for name, part in folds.groupby("machine", sort=False):
-        cells = part.groupby(["row", "layers"], sort=False)["seconds_per_epoch"].agg(["median", "count", "min", "max"])
-        text = [cell_text(*cell) for cell in cells[["median", "count", "min", "max"]].itertuples(index=False)]
-        table = pd.Series(text, index=cells.index).unstack("layers")
-        table = table.reindex(index=[r for r in rows if r in set(part["row"])], columns=sorted(part["layers"].unique()))
-        tables[name] = table.fillna("–")
+
+    def cell(rows: pd.DataFrame) -> str:
+        spent = rows["seconds_per_epoch"]
+        return cell_text(spent.median(), len(spent), spent.min(), spent.max())
+
+    tables = {name: by_design(part, records, cell) for name, part in folds.groupby("machine", sort=False)}
     order = folds["machine"].value_counts()  # the machine with most folds first
     return {name: tables[name] for name in order.index}
 

@@ -161,13 +161,14 @@ def summarise_configs(
 
 
 def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> tuple[list[str], int]:
-    """Cells of the grid the records span (each encoder / LN row seen x every layer count x every
-    tokenizer seen) with no record, and configurations short of `planned_folds` (the runs' cv.folds;
-    without it, the most folds any configuration has): one line per table row and fold count, and
-    how many configurations that is. With several pretraining objectives, each is a row of its own."""
+    """Cells of the grid the records span (every encoder x LN placement x pretraining x layer count
+    x tokenizer seen) with no record, and configurations short of `planned_folds` (the runs'
+    cv.folds; without it, the most folds any configuration has): one line per table row and fold
+    count, and how many configurations that is. With several pretraining objectives, each is a row
+    of its own. A row no record has begun is listed too: a sweep stopped before it is not complete."""
     if "pretrain" in summary and summary["pretrain"].nunique() > 1:
         summary = summary.assign(ln=summary["ln"] + " / " + summary["pretrain"])
-    rows = list(dict.fromkeys(zip(summary.encoder, summary.ln)))
+    rows = [(e, ln) for e in summary.encoder.unique() for ln in summary.ln.unique()]
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))
     absent = [
         (t, e, ln, n, "no record")
