@@ -33,8 +33,9 @@ class FoldMonitor(L.Callback):
     skipping the first `warmup_steps` steps (allocator, compile and cache warm-up); keeps the
     learning curve and the epoch the inner split chooses."""
 
-    def __init__(self, job_start: float, warmup_steps: int = 1):
-        self.job_start, self.warmup_steps = job_start, warmup_steps
+    def __init__(self, job_start: float, fold_start: float, warmup_steps: int = 1):
+        self.job_start, self.fold_start, self.warmup_steps = job_start, fold_start, warmup_steps
+        self.earlier_seconds, self.sittings = 0.0, 1  # the fold's earlier sittings, where it resumed
         self.step_seconds, self.step_samples, self.steps_seen = 0.0, 0, 0
         self.time_to_first_step: float | None = None
         self.best_inner_f1, self.best_inner_accuracy, self.best_epoch = float("-inf"), 0.0, -1
@@ -66,8 +67,9 @@ class FoldMonitor(L.Callback):
             self.best_inner_accuracy = scores["inner_accuracy"]
 
     def state_dict(self) -> dict:
-        # Saved in the fold's resumable checkpoint: the best epoch so far, the curve and the timed
-        # steps. The warm-up skip and the time to first step belong to each process: they start afresh.
+        # Saved in the fold's resumable checkpoint: the best epoch so far, the curve, the timed steps
+        # and the fold's seconds so far. The warm-up skip and the time to first step belong to each
+        # process: they start afresh.
         return {
             "best_inner_f1": self.best_inner_f1,
             "best_inner_accuracy": self.best_inner_accuracy,
@@ -75,10 +77,20 @@ class FoldMonitor(L.Callback):
             "curve": self.curve,
             "step_seconds": self.step_seconds,
             "step_samples": self.step_samples,
+            "earlier_seconds": self.fold_seconds,
+            "sittings": self.sittings,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
+        # This process is one sitting more; the earlier ones' seconds count up to their last saved
+        # state (work lost after it is not counted, and is counted where it is redone).
+        self.sittings = state_dict.get("sittings", 1) + 1
+
+    @property
+    def fold_seconds(self) -> float:
+        """The fold's wall seconds so far, over every sitting it ran in."""
+        return self.earlier_seconds + time.perf_counter() - self.fold_start
 
     @property
     def samples_per_s(self) -> float:

@@ -179,7 +179,9 @@ class FoldResult:
     epochs_run: int
     train_samples_per_s: Optional[float]
     time_to_first_step_s: Optional[float]
-    train_seconds: float  # the fold's wall time from data preparation to its last checkpoint
+    # The fold's wall time from data preparation to its last checkpoint, over every sitting it ran in
+    # (records without `sittings`, of older code, count only a resumed fold's last sitting).
+    train_seconds: float
     train_size: int
     val_size: int
     checkpoint: Optional[str]
@@ -204,6 +206,7 @@ class FoldResult:
     selected_on: str = SELECTED_ON_SCORED_FOLD
     learning_curve: list[EpochScores] = field(default_factory=list)
     model_size: Optional[ModelSize] = None  # records of older code lack it
+    sittings: Optional[int] = None  # the processes it trained in: 1, or more where it was resumed
     # Not in the JSON: the results store saves and loads it beside the record.
     predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 

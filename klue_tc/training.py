@@ -260,7 +260,7 @@ def train_fold(
         prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
     )
     resume_from = resume_point(fold, state_dir, run.results.resume)
-    monitor = FoldMonitor(job.clock.start)
+    monitor = FoldMonitor(job.clock.start, started)
     best, makers = selection_callbacks(run, fold, state_dir, monitor)
     trainer = make_trainer(
         run.trainer,
@@ -274,7 +274,7 @@ def train_fold(
     if not trainer.is_global_zero:
         return None  # the other ranks of a multi-device fit only train: rank 0 keeps the files and numbers
     checkpoint, tokenizer_dir = keep_model(best, prepared.tokenizer, fold_dir, diverged)
-    train_seconds = time.perf_counter() - started
+    train_seconds = monitor.fold_seconds
     chosen = TopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
     scores = score_fold(chosen, prepared, job.inputs.validation if checkpoint else None, run.data.eval_batch_size)
     if logger is not None:  # beside the per-epoch curves, whose val/ maximum is not the fold's score
@@ -322,6 +322,7 @@ def fold_record(
         train_samples_per_s=monitor.samples_per_s,
         time_to_first_step_s=monitor.time_to_first_step,
         train_seconds=trained.train_seconds,
+        sittings=monitor.sittings,
         train_size=len(prepared.train.encoded),
         val_size=len(prepared.val.encoded),
         checkpoint=str(trained.checkpoint.resolve()) if trained.checkpoint else None,

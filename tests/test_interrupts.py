@@ -19,6 +19,8 @@ from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process, run_python
 from klue_tc import interrupts
 
+FIRST_SITTING_PAUSE = 2.0
+
 
 def job_args(tmp_path: Path, data: Path, *extra: str) -> list[str]:
     # Masking and dropout on: a resumed fold must also draw the random numbers an uninterrupted one does.
@@ -62,6 +64,7 @@ def test_a_fold_stopped_mid_epoch_resumes_at_that_step_and_ends_as_an_uninterrup
         trained.append((trainer.current_epoch, batch_idx))
         if (trainer.current_epoch, batch_idx) == (1, 1) and not signalled:
             signalled.append(True)
+            time.sleep(FIRST_SITTING_PAUSE)  # the first sitting's seconds must count in the record
             os.kill(os.getpid(), signal.SIGTERM)  # arrives during this step
         real_start(self, trainer, pl_module, batch, batch_idx)
 
@@ -79,13 +82,19 @@ def test_a_fold_stopped_mid_epoch_resumes_at_that_step_and_ends_as_an_uninterrup
 
     trained.clear()
     interrupts._state.signum = None  # a new process
+    second_sitting = time.perf_counter()
     run_in_process(args, tmp_path / "second")
+    second_sitting = time.perf_counter() - second_sitting
     assert trained == [(1, 2)]  # the rest of epoch 2
     resumed = json.loads((tmp_path / "second" / "metrics.json").read_text())["folds"][0]
     assert resumed["epochs_run"] == 2 and not state.exists()
+    assert resumed["sittings"] == 2
+    # Its seconds cover both sittings: more than the pause of the first, and than the whole second.
+    assert resumed["train_seconds"] > max(FIRST_SITTING_PAUSE, second_sitting)
 
     run_in_process([*args, f"results.dir={tmp_path / 'straight'}"], tmp_path / "straight")
     straight = json.loads((tmp_path / "straight" / "metrics.json").read_text())["folds"][0]
+    assert straight["sittings"] == 1
     assert (resumed["f1"], resumed["accuracy"], resumed["best_epoch"]) == (
         straight["f1"],
         straight["accuracy"],

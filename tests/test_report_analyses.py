@@ -96,6 +96,15 @@ def test_seconds_per_epoch_are_never_averaged_across_machines():
     assert tables["CPU B, 1 thread"].loc["mecab / transformer / post", 2] == "200 (1)"
 
 
+def test_seconds_of_folds_from_code_that_did_not_count_every_sitting_are_flagged():
+    from klue_tc.report.speed import speed_section
+
+    counted = [record("k", k, sittings=1 + k) for k in range(2)]
+    assert "resumed" not in "\n".join(speed_section(counted).lines)
+    text = "\n".join(speed_section([*counted, record("k", 2)]).lines)
+    assert "1 of 3 folds are from code that timed a resumed fold's last sitting only" in text
+
+
 def test_recorded_sizes_are_each_configurations_mean_over_folds():
     folds = [record("k", k, model_size=ModelSize(100 + k, 50, 1000.0 * (k + 1), 9)) for k in range(2)]
     sizes = recorded_sizes([*folds, record("none", 0)])

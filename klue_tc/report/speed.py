@@ -80,6 +80,13 @@ def speed_section(records: Sequence[FoldResult]) -> Section:
         "(Model sizes) are the cost that no load moves.",
         "",
     ]
+    untold = sum(r.sittings is None for r in records)
+    if untold:
+        lines += [
+            f"{untold} of {len(records)} folds are from code that timed a resumed fold's last sitting only "
+            "and did not record whether it resumed: where one did, its seconds per epoch read low.",
+            "",
+        ]
     for name, table in tables.items():
         lines += [f"### {name}", "", *markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])]
         lines += [""]
