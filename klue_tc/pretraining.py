@@ -57,7 +57,8 @@ LOSS_WINDOW = 50  # steps: one batch's loss moves by tenths, their mean is what 
 class PretrainingOutcome(NamedTuple):
     weights: dict  # the encoder's state dict, on the CPU
     steps: int
-    loss: float  # the mean over the last LOSS_WINDOW steps (of this sitting)
+    loss: float  # the mean over the last loss_steps steps
+    loss_steps: int  # LOSS_WINDOW, or fewer where the last sitting ran fewer steps
     seconds: float  # of pretraining over every sitting, a resumed one's earlier sittings included
 
 
@@ -230,6 +231,7 @@ def _train_and_store(
         "objective": run.pretrain.objective,
         "steps": outcome.steps,
         "final_loss": outcome.loss,
+        "final_loss_steps": outcome.loss_steps,  # records of older code: the last step's loss alone
         "corpus_titles": len(corpus.texts),
         "corpus_fingerprint": corpus.fingerprint,
         "left_out_scored_titles": corpus.left_out,
@@ -248,7 +250,7 @@ def _train_and_store(
         outcome.steps,
         run.pretrain.objective,
         outcome.loss,
-        LOSS_WINDOW,
+        outcome.loss_steps,
         folder,
     )
     return PretrainedEncoder(key, folder, tokenizer, tok_key, meta)
@@ -343,7 +345,7 @@ def pretrain_encoder(
                     )
     weights = {name: tensor.detach().cpu() for name, tensor in model.encoder.state_dict().items()}
     loss = float(torch.stack(list(recent)).float().mean()) if recent else math.nan
-    return PretrainingOutcome(weights, step, loss, seconds())
+    return PretrainingOutcome(weights, step, loss, len(recent), seconds())
 
 
 def _save_state(path: Path, step: int, seconds: float, model, optimizer, scheduler, generator: torch.Generator) -> None:

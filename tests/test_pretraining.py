@@ -257,6 +257,7 @@ def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     first = ensure_pretrained(run, CPU, corpus, store, cache, None)
     assert first.meta["steps"] == 2 and first.weights.is_file()
     assert (first.meta["device"], first.meta["threads"]) == (CPU.name, torch.get_num_threads())  # what ran it
+    assert first.meta["final_loss_steps"] == 2  # the loss averages both steps
 
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained again")

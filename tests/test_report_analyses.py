@@ -452,6 +452,28 @@ def test_the_pretrained_encoders_section_says_what_they_read_and_cost():
     assert pretraining_section([record("scratch", 0)]).lines == []
 
 
+def test_the_pretraining_loss_where_it_ended_is_tabled_by_design_and_says_what_it_averages():
+    from klue_tc.report.pretrained import pretraining_section
+
+    two, four = (Describe("transformer", "transformer", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
+    ended = [
+        record(
+            key,
+            0,
+            describe=design,
+            pretrained={**pretrained_from(key, 60.0), "final_loss": loss, "final_loss_steps": 50},
+        )
+        for key, design, loss in (("e2", two, 6.8), ("e4", four, 5.43))
+    ]
+    text = "\n".join(pretraining_section(ended).lines)
+    assert "loss where it ended (the mean over its last 50 steps)" in text
+    assert "| mecab / transformer / post | 6.80 | 5.43 |" in text
+    older = [ended[0], replace(ended[1], pretrained=pretrained_from("e4", 60.0))]  # no final_loss_steps
+    assert "the last step's loss, as the code that made these records kept it" in "\n".join(
+        pretraining_section(older).lines
+    )
+
+
 def test_a_pretraining_that_names_its_machine_is_timed_there_whichever_fold_waited():
     """Newer records say what ran the pretraining: that machine, not the waiting fold's, times it,
     and a pretraining no fold waited for is timed too."""

@@ -29,6 +29,7 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "objective": stored.get("objective"),
                 "steps": stored.get("steps"),
                 "final_loss": stored.get("final_loss"),
+                "final_loss_steps": stored.get("final_loss_steps"),
                 "seconds": stored.get("seconds"),
                 "corpus_titles": stored.get("corpus_titles"),
                 "left_out_scored_titles": stored.get("left_out_scored_titles"),
@@ -43,8 +44,6 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
 
 
 def pretraining_section(records: Sequence[FoldResult]) -> Section:
-    from klue_tc.report.render import markdown_table
-
     frame = pretrainings(records)
     if frame.empty:
         return Section([])
@@ -68,6 +67,7 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
         f"{fine_tuning / 3600:.1f} hours.",
         "",
     ]
+    lines += loss_lines(frame, records)
     timed = frame.dropna(subset=["machine", "seconds"])
     if timed.empty:
         return Section(lines)
@@ -77,6 +77,35 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
     ]
     for name, part in timed.groupby("machine", sort=False):
         minutes = by_design(part, records, lambda rows: f"{rows['seconds'].iloc[0] / 60:.0f}")
-        header = ["configuration", *(f"{n} layers" for n in minutes.columns)]
-        lines += [f"### {name}", "", *markdown_table(minutes, header), ""]
+        lines += [f"### {name}", "", *layer_table(minutes), ""]
     return Section(lines)
+
+
+def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
+    """Each encoder's objective loss where pretraining ended: how far each design got in the same
+    steps, beside what pretraining then gave it in fine-tuning (Interactions: pretrain x encoder)."""
+    ended = frame.dropna(subset=["final_loss"])
+    if ended.empty:
+        return []
+    window = ended["final_loss_steps"].dropna()
+    if len(window) == len(ended):
+        over = f"the mean over its last {int(window.max())} steps"
+    else:  # older code kept the last step's loss
+        over = (
+            "the last step's loss, as the code that made these records kept it, which moves by tenths from step "
+            "to step" + ("; the mean over the last steps where the record says how many" if len(window) else "")
+        )
+    losses = by_design(ended, records, lambda rows: f"{rows['final_loss'].iloc[0]:.2f}")
+    return [
+        f"The pretraining objective's loss where it ended ({over}): among rows of one tokenizer and "
+        "objective, which read the same titles in the same vocabulary, a lower loss is a better fit of them:",
+        "",
+        *layer_table(losses),
+        "",
+    ]
+
+
+def layer_table(table: pd.DataFrame) -> list[str]:
+    from klue_tc.report.render import markdown_table
+
+    return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
