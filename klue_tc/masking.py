@@ -23,12 +23,17 @@ def masking_probability(p: float, p_end: float | None, progress: float) -> float
     return p if p_end is None else p + (p_end - p) * min(1.0, max(0.0, progress))
 
 
+def never_hidden(specials: SpecialIds) -> tuple[int, ...]:
+    """The ids masking never picks."""
+    return specials.pad, specials.cls, specials.sep, specials.mask
+
+
 def pick_tokens(
     input_ids: torch.Tensor, specials: SpecialIds, p: float, min_len: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """Which tokens the original study's augmentation hides: in titles of at least `min_len`
     tokens, each real non-special token with probability p."""
-    real = ~any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
+    real = ~any_of(input_ids, never_hidden(specials))
     long_enough = input_ids.ne(specials.pad).sum(1, keepdim=True) >= min_len
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device) < p
     return real & long_enough & draw
@@ -64,7 +69,7 @@ def pick_whole_words(
     input_ids: torch.Tensor, specials: SpecialIds, starts: torch.Tensor, p: float, generator: torch.Generator
 ) -> torch.Tensor:
     """Whole words picked with probability p: every piece takes the draw of its word's first piece."""
-    real = ~any_of(input_ids, (specials.pad, specials.cls, specials.sep, specials.mask))
+    real = ~any_of(input_ids, never_hidden(specials))
     begins = starts[input_ids] | ~real
     positions = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
     word_start = torch.where(begins, positions, 0).cummax(dim=1).values

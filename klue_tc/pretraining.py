@@ -32,8 +32,9 @@ from klue_tc.datamodule import BucketBatchSampler, PaddedBatches
 from klue_tc.errors import ConfigError
 from klue_tc.files import atomic_write, atomic_write_json, exclusive_lock
 from klue_tc.fingerprint import code_version
+from klue_tc.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.hardware import Device
-from klue_tc.masking import corrupt_picked, pick_tokens, pick_whole_words
+from klue_tc.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
 from klue_tc.models import build_classifier
 from klue_tc.models.encoder import Encoder
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, round_up
@@ -237,6 +238,7 @@ def _train_and_store(
         "left_out_scored_titles": corpus.left_out,
         "include_scored_titles": corpus.include_scored_titles,
         "tokenizer_key": tok_key,
+        "token_entropy": round(token_entropy(encoded.ids, never_hidden(tokenizer.specials)), 4),
         "seconds": round(outcome.seconds, 1),
         # what ran it, so the report times it on its own machine (the folds that reuse it may run elsewhere)
         "device": device.name,
@@ -253,6 +255,9 @@ def _train_and_store(
         outcome.loss_steps,
         folder,
     )
+    plateau = plateau_warning(meta)
+    if plateau:
+        log.warning("pretrained encoder %s: %s", key, plateau)
     return PretrainedEncoder(key, folder, tokenizer, tok_key, meta)
 
 

@@ -4,6 +4,7 @@ fine-tuning from it."""
 
 import json
 import logging
+import math
 import re
 import threading
 from pathlib import Path
@@ -19,8 +20,9 @@ from klue_tc.config import keyed_settings, validate
 from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
 from klue_tc.data import LabelledTitles, read_unlabelled_file
 from klue_tc.errors import ConfigError, DataError
+from klue_tc.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.hardware import Device
-from klue_tc.masking import corrupt_picked, pick_tokens, pick_whole_words
+from klue_tc.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
 from klue_tc.models.replaced_token_detection import (
     ReplacedTokenDetection,
     generator_config,
@@ -568,3 +570,42 @@ def test_every_encoder_pretrains_with_electra_and_only_its_encoder_is_stored(tmp
     initial = new_replaced_token_detector(run, stored.tokenizer).encoder.state_dict()
     assert weights.keys() == initial.keys()  # the discriminator's encoder alone: no generator, no detector
     assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial)
+
+
+def test_the_token_entropy_counts_only_what_masking_can_hide():
+    # ids 0-3 never hidden; 4 and 5 equally often, so ln 2, however many specials surround them
+    ids = np.array([0, 1, 4, 5, 2, 1, 4, 5, 2, 3, 3, 3], dtype=np.int32)
+    assert token_entropy(ids, (0, 1, 2, 3)) == pytest.approx(math.log(2))
+    assert token_entropy(np.array([7, 7, 7]), (0, 1, 2, 3)) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    "meta, warned",
+    [
+        ({"objective": "mlm", "final_loss": 7.52, "token_entropy": 7.79}, True),  # the study's 4-layer TRANS-BLSTM
+        ({"objective": "mlm", "final_loss": 6.80, "token_entropy": 7.79}, False),  # its 2-layer one learnt context
+        ({"objective": "mlm", "final_loss": 7.52}, False),  # older code: no entropy stored, nothing claimed
+        ({"objective": "electra", "final_loss": 9.0, "token_entropy": 7.79}, False),  # not a masked-LM loss
+    ],
+)
+def test_a_masked_lm_loss_near_the_token_frequency_entropy_is_named(meta, warned):
+    line = plateau_warning(meta)
+    assert (line is not None) == warned
+    if warned:
+        assert "7.52" in line and "7.79" in line and "pretrain.epochs" in line
+
+
+def test_a_stored_pretraining_records_its_token_entropy_and_warns_on_the_plateau(tmp_path, caplog):
+    """Two steps cannot leave the plateau: the job's log says so in one line, beside the entropy it stored."""
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    with caplog.at_level(logging.WARNING, logger="klue_tc.pretraining"):
+        found = ensure_pretrained(
+            run, CPU, corpus, PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "c"), None
+        )
+    ids = found.tokenizer.encode(corpus.texts)
+    flat = np.array([i for title in ids for i in title])
+    assert found.meta["token_entropy"] == pytest.approx(
+        token_entropy(flat, never_hidden(found.tokenizer.specials)), abs=1e-3
+    )
+    assert found.meta["final_loss"] > found.meta["token_entropy"] - 0.5
+    assert [r.message for r in caplog.records if "token frequencies" in r.message]

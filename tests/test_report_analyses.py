@@ -472,6 +472,11 @@ def test_the_pretraining_loss_where_it_ended_is_tabled_by_design_and_says_what_i
     assert "the last step's loss, as the code that made these records kept it" in "\n".join(
         pretraining_section(older).lines
     )
+    assert "(frequencies)" not in text and "token frequencies" not in text  # no entropy stored: no claim
+    with_entropy = [replace(r, pretrained={**r.pretrained, "token_entropy": 7.1}) for r in ended]
+    text = "\n".join(pretraining_section(with_entropy).lines)
+    assert "| mecab / transformer / post | 6.80 (frequencies) | 5.43 |" in text  # 6.80 > 7.1 - 0.5
+    assert "(7.10–7.10 nats here" in text and "1 of 2 pretrainings that record the entropy ended there" in text
 
 
 def test_a_pretraining_that_names_its_machine_is_timed_there_whichever_fold_waited():

@@ -7,8 +7,9 @@ from typing import Sequence
 
 import pandas as pd
 
+from klue_tc.frequency_plateau import PLATEAU_NATS, plateau_warning
 from klue_tc.records import FoldResult
-from klue_tc.report.sections import Section, by_design
+from klue_tc.report.sections import Section, by_design, layer_table
 from klue_tc.report.speed import machine, machine_name
 
 
@@ -30,6 +31,7 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "steps": stored.get("steps"),
                 "final_loss": stored.get("final_loss"),
                 "final_loss_steps": stored.get("final_loss_steps"),
+                "token_entropy": stored.get("token_entropy"),
                 "seconds": stored.get("seconds"),
                 "corpus_titles": stored.get("corpus_titles"),
                 "left_out_scored_titles": stored.get("left_out_scored_titles"),
@@ -95,17 +97,27 @@ def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
             "the last step's loss, as the code that made these records kept it, which moves by tenths from step "
             "to step" + ("; the mean over the last steps where the record says how many" if len(window) else "")
         )
-    losses = by_design(ended, records, lambda rows: f"{rows['final_loss'].iloc[0]:.2f}")
-    return [
+    plateaued = {key for key, row in ended.iterrows() if plateau_warning(row.to_dict())}
+
+    def loss_cell(rows: pd.DataFrame) -> str:
+        return f"{rows['final_loss'].iloc[0]:.2f}" + (" (frequencies)" if rows.index[0] in plateaued else "")
+
+    losses = by_design(ended, records, loss_cell)
+    lines = [
         f"The pretraining objective's loss where it ended ({over}): among rows of one tokenizer and "
         "objective, which read the same titles in the same vocabulary, a lower loss is a better fit of them:",
         "",
         *layer_table(losses),
         "",
     ]
-
-
-def layer_table(table: pd.DataFrame) -> list[str]:
-    from klue_tc.report.render import markdown_table
-
-    return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
+    entropies = ended["token_entropy"].dropna()
+    if len(entropies):
+        lines += [
+            f"A masked-LM loss within {PLATEAU_NATS} nats of the entropy of its corpus's token "
+            f"frequencies ({entropies.min():.2f}–{entropies.max():.2f} nats here: the loss of predicting each "
+            "hidden token from how often it occurs) is marked (frequencies): that encoder learnt little from "
+            f"context, and a fold that starts from it can do worse than one from scratch. {len(plateaued)} of "
+            f"{len(entropies)} pretrainings that record the entropy ended there.",
+            "",
+        ]
+    return lines

@@ -64,6 +64,13 @@ def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], cell: Callable
     return table.reindex(index=order, columns=sorted(frame["layers"].unique())).fillna("–")
 
 
+def layer_table(table: pd.DataFrame) -> list[str]:
+    """A by_design table as Markdown: the configuration, then a column per layer count."""
+    from klue_tc.report.render import markdown_table  # render reads the sections: imported late
+
+    return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
+
+
 def ranked_by_cv(records: Sequence[FoldResult]) -> pd.Series:
     """Each configuration's CV macro-F1 (fold mean), best first: what chooses "the best", never
     the validation titles those configurations are then shown on."""

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from klue_tc.records import FoldResult
-from klue_tc.report.sections import Section, by_design
+from klue_tc.report.sections import Section, by_design, layer_table
 
 
 def machine(record: FoldResult) -> str:
@@ -65,8 +65,6 @@ def per_machine_tables(records: Sequence[FoldResult]) -> dict[str, pd.DataFrame]
 
 
 def speed_section(records: Sequence[FoldResult]) -> Section:
-    from klue_tc.report.render import markdown_table
-
     tables = per_machine_tables(records)
     lines = ["## Seconds per epoch, per machine", ""]
     if not tables:
@@ -88,6 +86,5 @@ def speed_section(records: Sequence[FoldResult]) -> Section:
             "",
         ]
     for name, table in tables.items():
-        lines += [f"### {name}", "", *markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])]
-        lines += [""]
+        lines += [f"### {name}", "", *layer_table(table), ""]
     return Section(lines)
