@@ -14,32 +14,29 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
+from klue_tc.config import RunConfig, validate
 from klue_tc.data import read_labelled_file
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
 from klue_tc.frequency_plateau import PLATEAU_NATS, token_entropy
 from klue_tc.masking import never_hidden
 from klue_tc.module import TopicClassifierModule
-from klue_tc.pretraining import WEIGHTS_FILE
+from klue_tc.pretraining import TOKENIZER_DIR, WEIGHTS_FILE, PretrainedEncoder
 from klue_tc.records import FoldResult
-from klue_tc.tokenizers import load_tokenizer
+from klue_tc.tokenizers import Tokenizer, load_tokenizer
+from klue_tc.training import new_module
 
 
 class StartState(NamedTuple):
     alignment: list[float]  # the embeddings', then each residual sublayer's in order
     gradients: dict[str, float]  # L2 norm of the loss gradient per part: embeddings, block i, head
-
-
-def fresh_module(checkpoint: Path, seed: int = 0) -> TopicClassifierModule:
-    """A new module of the checkpoint's design, initialised as a fold's is."""
-    hparams = torch.load(checkpoint, map_location="cpu", weights_only=False)["hyper_parameters"]
-    torch.manual_seed(seed)
-    return TopicClassifierModule(**hparams)
 
 
 def alignment(states: torch.Tensor, real: torch.Tensor) -> float:
@@ -78,24 +75,35 @@ def start_state(module: TopicClassifierModule, input_ids: torch.Tensor, labels: 
     return StartState(aligned, {part: value**0.5 for part, value in squares.items()})
 
 
-def fold_start(record: FoldResult) -> TopicClassifierModule:
-    """The module as the fold began fine-tuning: a fresh one, with its pretrained encoder loaded."""
-    module = fresh_module(Path(record.checkpoint))
-    if record.pretrained:
-        weights = Path(record.pretrained["path"]) / WEIGHTS_FILE
-        if not weights.is_file():
-            raise ResourceError(f"{weights}: the pretrained encoder this fold started from is not on this machine")
-        module.model.encoder.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    return module
+class Fold(NamedTuple):
+    record: FoldResult
+    run: RunConfig
+    tokenizer: Tokenizer
+    pretrained: Optional[PretrainedEncoder]
 
 
-def load_record(path: Path) -> FoldResult:
+def load_fold(path: Path) -> Fold:
+    """A fold record with the config saved beside it, its tokenizer (the fold's, or its pretrained
+    encoder's when the fold's folder is gone) and the pretrained encoder it started from."""
     if not path.is_file():
         raise ResourceError(f"{path}: no such fold record (a results store's <config hash>/fold<k>.json)")
     record = FoldResult.load(path).resolved_against(path.parent)
-    if not record.checkpoint or not Path(record.checkpoint).is_file():
-        raise ResourceError(f"{path}: its checkpoint {record.checkpoint or '(none)'} is not on this machine")
-    return record
+    config = path.parent / "config.yaml"
+    if not config.is_file():
+        raise ResourceError(f"{config}: the config saved beside the record is missing")
+    run = validate(OmegaConf.to_container(OmegaConf.load(config)))
+    run = replace(run, trainer=replace(run.trainer, compile=False))  # the probe reaches into the model
+    stored = Path(record.pretrained["path"]) if record.pretrained else None
+    if stored is not None and not (stored / WEIGHTS_FILE).is_file():
+        raise ResourceError(f"{stored / WEIGHTS_FILE}: the pretrained encoder this fold started from is not here")
+    folder = next(
+        (d for d in (record.tokenizer_dir, stored and stored / TOKENIZER_DIR) if d and Path(d).is_dir()), None
+    )
+    if folder is None:
+        raise ResourceError(f"{path}: neither the fold's tokenizer nor its pretrained encoder's is on this machine")
+    tokenizer = load_tokenizer(folder)
+    pretrained = PretrainedEncoder(stored.name, stored, tokenizer, "", record.pretrained) if stored else None
+    return Fold(record, run, tokenizer, pretrained)
 
 
 def sublayer_names(module: TopicClassifierModule) -> list[str]:
@@ -103,18 +111,20 @@ def sublayer_names(module: TopicClassifierModule) -> list[str]:
     return ["embeddings"] + [f"block {b}: {type(r.sublayer).__name__}" for b, block in blocks for r in block.sublayers]
 
 
-def report(record: FoldResult, data: Path, titles: int) -> list[str]:
-    tokenizer = load_tokenizer(record.tokenizer_dir)
-    fresh = fresh_module(Path(record.checkpoint))
-    labelled = read_labelled_file(data, label_names=fresh.label_names)
+def report(fold: Fold, data: Path, titles: int) -> list[str]:
+    record, tokenizer = fold.record, fold.tokenizer
+    labelled = read_labelled_file(data, label_names=fold.run.data.labels)
+    # The fold's own seed: the same initialisation it began from; the head is new in both starts.
+    fresh = new_module(fold.run, tokenizer, labelled.label_names, None)
     order = torch.randperm(len(labelled), generator=torch.Generator().manual_seed(0))
     picked = labelled.subset(order[:titles].numpy())
     encoded = [torch.tensor(t) for t in tokenizer.encode(picked.texts)]
     ids = nn.utils.rnn.pad_sequence(encoded, batch_first=True, padding_value=tokenizer.specials.pad)
     labels = torch.as_tensor(picked.labels)
     starts = {"fresh": start_state(fresh, ids, labels)}
-    if record.pretrained:
-        starts = {"pretrained": start_state(fold_start(record), ids, labels), **starts}
+    if fold.pretrained:
+        started = new_module(fold.run, tokenizer, labelled.label_names, fold.pretrained)
+        starts = {"pretrained": start_state(started, ids, labels), **starts}
     d = record.describe
     lines = [
         f"{d.encoder} {d.ln}-LN, {d.layers} layers, {d.tokenizer}, pretrain={d.pretrain}, fold {record.fold}: "
@@ -149,11 +159,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        record = load_record(args.record)
-        data = args.data or Path(record.data_source)
+        fold = load_fold(args.record)
+        data = args.data or Path(fold.record.data_source)
         if not data.is_file():
             raise ResourceError(f"{data}: the record's data file is not on this machine; pass --data FILE")
-        lines = report(record, data, args.titles)
+        lines = report(fold, data, args.titles)
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT

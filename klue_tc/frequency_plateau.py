@@ -26,7 +26,7 @@ def plateau_warning(meta: Mapping) -> Optional[str]:
     if meta.get("objective") != "mlm" or entropy is None or not meta["final_loss"] > entropy - PLATEAU_NATS:
         return None
     return (
-        f"pretraining ended at masked-LM loss {meta['final_loss']:.2f}, within {PLATEAU_NATS} nats of the "
+        f"pretraining ended at masked-LM loss {meta['final_loss']:.2f}, less than {PLATEAU_NATS} nats below the "
         f"entropy of the corpus's token frequencies ({entropy:.2f}): the encoder learnt little beyond how often "
         "each token occurs, and fine-tuning from it can do worse than from scratch (more pretrain.epochs or "
         "another pretrain.lr may get it past this plateau)"

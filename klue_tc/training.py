@@ -142,18 +142,12 @@ def make_trainer(
 
 
 def new_module(
-    run: RunConfig, prepared: PreparedFold, pretrained: Optional[PretrainedEncoder]
+    run: RunConfig, tokenizer: Tokenizer, label_names: Sequence[str], pretrained: Optional[PretrainedEncoder]
 ) -> TopicClassifierModule:
     """The fold's classifier, seeded; its encoder from the pretrained weights when given."""
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = TopicClassifierModule.from_configs(
-        prepared.tokenizer.vocab_size,
-        prepared.tokenizer.specials,
-        run.encoder,
-        run.head,
-        run.optim,
-        run.augment,
-        prepared.label_names,
+        tokenizer.vocab_size, tokenizer.specials, run.encoder, run.head, run.optim, run.augment, label_names
     )
     if pretrained is not None:
         load_pretrained_encoder(module.model, pretrained)
@@ -255,7 +249,7 @@ def train_fold(
     multi-device fit. With `pretrained`, the encoder starts from its weights."""
     started = time.perf_counter()
     run, fold_dir, state_dir = job.run, job.fold_dir(fold), job.state_dir(fold)
-    module = new_module(run, prepared, pretrained)
+    module = new_module(run, prepared.tokenizer, prepared.label_names, pretrained)
     datamodule = FoldDataModule(
         prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed
     )

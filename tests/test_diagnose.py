@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import torch
 
 from conftest import TINY_MODEL
@@ -38,12 +40,18 @@ def test_a_pretrained_fold_is_probed_against_a_fresh_start_and_its_plateau_named
     ]
     run_in_process(overrides, tmp_path / "run")
     (record,) = results.glob("*/fold0.json")
+    capsys.readouterr()  # the job's own output
     assert main([str(record), "--titles", "32"]) == 0
     out = capsys.readouterr().out
     assert "trans_blstm post-LN, 2 layers" in out and f"32 titles of {tiny_tsv}" in out
     probed = [line for line in out.splitlines() if "pretrained" in line and "fresh" in line]
     assert len(probed) == (1 + 2 * 2) + (1 + 2 + 1)  # embeddings and 4 sublayers; embeddings, 2 blocks, head
     assert "on the plateau" in out
+
+    # The study's older folds kept no checkpoint: the saved config and the pretrained store suffice.
+    shutil.rmtree(record.parent / "fold0")
+    assert main([str(record), "--titles", "32"]) == 0
+    assert capsys.readouterr().out == out  # the same seeded start, whichever tokenizer copy was read
 
     assert main([str(tmp_path / "nothing.json")]) == USER_ERROR_EXIT
     assert "nothing.json: no such fold record" in capsys.readouterr().err

@@ -113,7 +113,7 @@ def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
     entropies = ended["token_entropy"].dropna()
     if len(entropies):
         lines += [
-            f"A masked-LM loss within {PLATEAU_NATS} nats of the entropy of its corpus's token "
+            f"A masked-LM loss less than {PLATEAU_NATS} nats below (or above) the entropy of its corpus's token "
             f"frequencies ({entropies.min():.2f}–{entropies.max():.2f} nats here: the loss of predicting each "
             "hidden token from how often it occurs) is marked (frequencies): that encoder learnt little from "
             f"context, and a fold that starts from it can do worse than one from scratch. {len(plateaued)} of "
