@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_effects import cnn_lower, synthetic_folds
 
@@ -157,3 +159,61 @@ def test_two_studies_side_by_side_say_what_changed_and_what_is_not_yet_measured(
     )
     assert row_iv_cnn.endswith("| not yet measured | not yet measured in pretrained |")
     assert "nan" not in table
+
+
+def grid_with_a_stalled_pretraining(seed: int = 3) -> pd.DataFrame:
+    """Encoders x LN x 2/4/6 layers x none/mlm, 3 folds, no planted effect but one: the pretrained
+    post-LN TRANS-BLSTM of 4 layers fine-tunes to chance (its pretraining stalled)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for encoder, ln, layers, pretrain in itertools.product(
+        ("transformer", "trans_blstm", "cnn"), ("post", "pre"), (2, 4, 6), ("none", "mlm")
+    ):
+        stalled = (encoder, ln, layers, pretrain) == ("trans_blstm", "post", 4, "mlm")
+        for fold in range(3):
+            rows.append(
+                {
+                    "config_hash": f"{encoder}-{ln}-{layers}-{pretrain}",
+                    "tokenizer": "mecab",
+                    "encoder": encoder,
+                    "ln": ln,
+                    "head": "cls",
+                    "layers": layers,
+                    "pretrain": pretrain,
+                    "fold": fold,
+                    "f1": 0.143 if stalled else 0.75 + rng.normal(0, 0.004),
+                    "classes": 7,
+                    "val_size": 3000,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_configuration_at_chance_is_left_out_of_every_comparison_but_pretrainings():
+    """One stalled pretraining must not decide the LN and depth verdicts (its 0.6 gap would), nor
+    silence them; it is named, and it stays in pretraining's own verdict and effects, as its effect."""
+    from klue_tc.report.evidence import learnt_part
+    from klue_tc.report.write import effects_of, judge
+
+    folds = grid_with_a_stalled_pretraining()
+    part = learnt_part(folds)
+    assert part.left_out == ["mecab / trans_blstm / post / L4 / mlm (0.143)"]
+    assert len(part.folds) == len(folds) - 3
+
+    verdicts = judge(folds, ["f1"])
+    claims = {c.id: c for c in verdicts.judged["f1"]}
+    assert "mecab / trans_blstm / post / L4 / mlm (0.143)" in verdicts.left_out
+    assert abs(claims["iv"].difference) < 0.01  # pre − post, the stalled post-LN cell left out (else ~+0.03)
+    assert claims["vii.trans_blstm"].difference < -0.05  # mlm − none keeps it: the stall is pretraining's effect
+    assert not any(why.startswith("(iv)") for why in verdicts.not_judged)
+
+    effects = effects_of(folds, ["f1"])
+    table = effects.table.set_index(["factor", "level"])
+    assert abs(table.loc[("ln", "pre"), "difference"]) < 0.01
+    assert table.loc[("pretrain", "mlm"), "difference"] < -0.01
+    assert any("do not beat chance" in line for line in effects.left_out)
+
+    # Where nothing learnt, nothing is left out and the questions say why instead.
+    at_chance = folds.assign(f1=0.14 + 0.001 * np.arange(len(folds)) % 0.01)
+    nothing = judge(at_chance, ["f1"])
+    assert nothing.left_out is None and not any(nothing.judged.values())

@@ -337,6 +337,7 @@ def claims_markdown(
     not_judged: Sequence[str] = (),
     beside: Sequence[StudyVerdicts] = (),
     command: Optional[str] = None,
+    left_out: Optional[str] = None,
 ) -> str:
     """The judged claims per metric, one line per question the records cannot judge and why, and
     (given `beside`) the verdicts of several studies side by side; `command`: the one that wrote it."""
@@ -344,6 +345,8 @@ def claims_markdown(
     if command:
         lines += [f"Written with report.md by `{command}`.", ""]
     lines += [method_line(), ""]
+    if left_out:
+        lines += [f"{left_out[0].upper()}{left_out[1:]}.", ""]
     if beside:
         lines += side_by_side(beside)
     for metric, claims in claims_by_metric.items():

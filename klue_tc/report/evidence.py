@@ -3,9 +3,11 @@
 A classifier that ignores the title scores about 1/K macro-F1 or less on K classes (any fixed
 guessing rule does); a configuration *learnt* when its fold mean clears that by 1.96 standard
 errors, the larger of its folds' spread and the sampling noise of F1 on the titles it was scored
-on. Differences between models that learnt nothing are noise, so a question (or a factor's effects)
-is judged only when the configurations on its reference side learnt and the grid holds the levels it
-compares; otherwise the report says, in one line, what is missing.
+on. Differences from a model that learnt nothing are noise about the factor compared, so where some
+configurations learnt, those that did not are left out of every comparison (named in one line) but
+pretraining's: a pretrained encoder that fine-tunes to chance is the effect of pretraining it asks
+about. A question (or a factor's effects) is judged when the grid holds the levels it compares and
+its reference side learnt; otherwise the report says, in one line, what is missing.
 """
 
 from __future__ import annotations
@@ -54,6 +56,40 @@ def not_learnt_line(folds: pd.DataFrame, rows: pd.Series, what: str) -> Optional
     )
 
 
+# The factor whose comparisons keep the configurations that did not learn (module docstring).
+KEEPS_FAILURES = "pretrain"
+
+
+@dataclass(frozen=True)
+class LearntPart:
+    folds: pd.DataFrame  # the folds of the configurations that learnt; every fold where none or all did
+    left_out: list[str]  # the others, each as 'label (CV macro-F1)'
+
+    def line(self) -> Optional[str]:
+        if not self.left_out:
+            return None
+        return (
+            f"{len(self.left_out)} configuration(s) that do not beat chance, left out of every comparison but "
+            f"pretraining's (whose effect not learning is): {', '.join(self.left_out)}"
+        )
+
+
+def _label(row: pd.Series) -> str:
+    parts = [row.get("tokenizer"), row["encoder"], row["ln"], f"L{row['layers']}", row.get("pretrain")]
+    return " / ".join(str(p) for p in parts if p is not None)
+
+
+def learnt_part(folds: pd.DataFrame) -> LearntPart:
+    """The folds the comparisons read: those of the configurations that learnt, where some did not."""
+    verdicts = learnt(folds)
+    failed = verdicts.index[~verdicts]
+    if not len(failed) or verdicts.sum() == 0:  # none failed, or nothing learnt: the questions say so
+        return LearntPart(folds, [])
+    rows = folds[folds["config_hash"].isin(failed)].groupby("config_hash")
+    labels = [f"{_label(part.iloc[0])} ({part['f1'].mean():.3f})" for _, part in rows]
+    return LearntPart(folds[~folds["config_hash"].isin(failed)], labels)
+
+
 @dataclass(frozen=True)
 class Question:
     """What a claim needs from the grid: the levels it compares, and its reference side's rows."""
@@ -63,6 +99,7 @@ class Question:
     has_levels: Callable[[pd.DataFrame], bool]
     reference: Callable[[pd.DataFrame], pd.Series]  # a boolean mask over the fold rows
     reference_name: str
+    factor: str = ""  # the factor it compares, where one
 
 
 def _encoders(folds: pd.DataFrame) -> set:
@@ -125,20 +162,36 @@ QUESTIONS = [
         lambda f: "pretrain" in f and f["pretrain"].nunique() > 1,
         lambda f: f["pretrain"] == "none",
         "the encoders trained from scratch",
+        factor=KEEPS_FAILURES,
     ),
 ]
 
 
-def what_is_missing(folds: pd.DataFrame, question: Question) -> Optional[str]:
-    """Why `question` cannot be judged from these records, in a phrase (None: it can)."""
+def what_is_missing(folds: pd.DataFrame, question: Question, compared: Optional[pd.DataFrame] = None) -> Optional[str]:
+    """Why `question` cannot be judged from these records, in a phrase (None: it can); `compared`:
+    the folds its comparisons read (learnt_part's), where not all of `folds`."""
     if not question.has_levels(folds):
         return f"needs {question.needs}"
-    return not_learnt_line(folds, question.reference(folds), question.reference_name)
+    if compared is None or compared is folds or question.factor == KEEPS_FAILURES:
+        return not_learnt_line(folds, question.reference(folds), question.reference_name)
+    if not question.reference(compared).any():
+        return not_learnt_line(folds, question.reference(folds), question.reference_name)
+    if not question.has_levels(compared):
+        return f"needs {question.needs} among the configurations that beat chance"
+    return None
 
 
-def judgeable(folds: pd.DataFrame, claims: Sequence[Claim]) -> tuple[list[Claim], list[str]]:
+def keeps_failures(claim_id: str) -> bool:
+    """Whether a claim compares every configuration, those that did not learn included."""
+    question = next((q for q in QUESTIONS if q.id == claim_id.split(".")[0]), None)
+    return question is not None and question.factor == KEEPS_FAILURES
+
+
+def judgeable(
+    folds: pd.DataFrame, claims: Sequence[Claim], compared: Optional[pd.DataFrame] = None
+) -> tuple[list[Claim], list[str]]:
     """The claims the records can judge (with their sub-claims), and a phrase per question they cannot."""
-    missing = {q.id: what_is_missing(folds, q) for q in QUESTIONS}
+    missing = {q.id: what_is_missing(folds, q, compared) for q in QUESTIONS}
     kept = [c for c in claims if missing.get(c.id.split(".")[0]) is None]
     return kept, [f"({q}) {why}" for q, why in missing.items() if why is not None]
 

@@ -23,6 +23,7 @@ class Verdicts:
 
     judged: Mapping[str, list[Claim]]
     not_judged: list[str] = field(default_factory=list)
+    left_out: Optional[str] = None  # the configurations that did not learn, where the claims leave them out
 
 
 @dataclass
@@ -205,6 +206,8 @@ def verdict_lines(verdicts: Verdicts) -> list[str]:
         lines += [f"- {METRICS[metric]}: " + "; ".join(f"({c.id}) {c.verdict}" for c in claims if "." not in c.id)]
     if verdicts.not_judged:
         lines += [f"- not judged: {'; '.join(verdicts.not_judged)}"]
+    if verdicts.left_out:
+        lines += [f"- {verdicts.left_out}"]
     return lines
 
 

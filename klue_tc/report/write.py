@@ -32,15 +32,22 @@ log = logging.getLogger(__name__)
 
 
 def judge(folds: pd.DataFrame, metrics: list[str], grids: Optional[dict[str, Grid]] = None) -> Verdicts:
-    """The claims the records can judge, per metric, and what the others need."""
+    """The claims the records can judge, per metric, and what the others need: each claim on the
+    configurations that learnt, but pretraining's on every one (klue_tc/report/evidence.py)."""
     from klue_tc.report.claims import judge_claims
-    from klue_tc.report.evidence import judgeable
+    from klue_tc.report.evidence import judgeable, keeps_failures, learnt_part
 
     grids = grids or {}
+    part = learnt_part(folds)
     judged, not_judged = {}, []
     for metric in metrics:
-        judged[metric], not_judged = judgeable(folds, judge_claims(folds, metric, grids.get(metric)))
-    return Verdicts(judged, not_judged)
+        claims = judge_claims(folds, metric, grids.get(metric))
+        if part.left_out:
+            claims = [c for c in judge_claims(part.folds, metric) if not keeps_failures(c.id)] + [
+                c for c in claims if keeps_failures(c.id)
+            ]
+        judged[metric], not_judged = judgeable(folds, claims, part.folds)
+    return Verdicts(judged, not_judged, part.line())
 
 
 def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Optional[Path]) -> list:
@@ -76,17 +83,42 @@ def effects_of(
     grids: Optional[dict[str, Grid]] = None,
     titles: Optional[TitleBootstrap] = None,
 ) -> Effects:
-    """Each factor's marginal effects where its reference level learnt; a phrase for each left out."""
+    """Each factor's marginal effects where its reference level learnt (pretraining's on every configuration,
+    the others' on those that learnt); a phrase for each left out."""
     from klue_tc.report.effects import EFFECT_COLUMNS, FACTORS, marginal_effects
-    from klue_tc.report.evidence import effects_missing
+    from klue_tc.report.evidence import KEEPS_FAILURES, effects_missing, learnt_part
 
     grids = grids or {}
     table = pd.concat(
         [marginal_effects(folds, m, grid=grids.get(m), titles=titles) for m in metrics], ignore_index=True
     )
-    left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(folds, f))}
+    part = learnt_part(folds)
+    if part.left_out:  # every factor but pretraining's on the configurations that learnt
+        learnt = pd.concat([marginal_effects(part.folds, m, titles=titles) for m in metrics], ignore_index=True)
+        table = pd.concat(
+            [learnt[learnt["factor"] != KEEPS_FAILURES], table[table["factor"] == KEEPS_FAILURES]], ignore_index=True
+        )
+    compared = {f: folds if f == KEEPS_FAILURES else part.folds for f in FACTORS}
+    left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(compared[f], f))}
     table = table[~table["factor"].isin(list(left_out))].reset_index(drop=True)
-    return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), list(left_out.values()))
+    notes = [*left_out.values(), *([part.line()] if part.left_out else [])]
+    return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), notes)
+
+
+def interactions_of(
+    folds: pd.DataFrame, metrics: list[str], grids: dict[str, Grid], titles: Optional[TitleBootstrap]
+) -> pd.DataFrame:
+    """Every interaction family per metric: pretraining's on every configuration, the others on the
+    configurations that learnt (klue_tc/report/evidence.py)."""
+    from klue_tc.report.evidence import KEEPS_FAILURES, learnt_part
+
+    table = pd.concat([interactions(folds, m, grids[m], titles) for m in metrics], ignore_index=True)
+    part = learnt_part(folds)
+    if not part.left_out:
+        return table
+    learnt = pd.concat([interactions(part.folds, m, titles=titles) for m in metrics], ignore_index=True)
+    own = table["family"].str.startswith(KEEPS_FAILURES)
+    return pd.concat([learnt[~learnt["family"].str.startswith(KEEPS_FAILURES)], table[own]], ignore_index=True)
 
 
 def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directory: Path) -> list[Path]:
@@ -187,7 +219,7 @@ def write_report(
     grids = {m: Grid(folds, m) for m in metrics}
     effects = effects_of(folds, metrics, grids, titles)
     verdicts = judge(folds, metrics, grids)
-    interplay = pd.concat([interactions(folds, m, grids[m], titles) for m in metrics], ignore_index=True)
+    interplay = interactions_of(folds, metrics, grids, titles)
     effects.table.to_csv(directory / "effects.csv", index=False)
     interplay.to_csv(directory / "interactions.csv", index=False)
     (directory / "claims.md").write_text(
@@ -196,6 +228,7 @@ def write_report(
             verdicts.not_judged,
             studies_side_by_side(folds, metrics, beside),
             report_command(directory, baseline, beside),
+            left_out=verdicts.left_out,
         ),
         encoding="utf-8",
     )
