@@ -123,6 +123,8 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "selected_on": record.selected_on,
         "val_size": record.val_size,  # the held-out titles the fold's F1 was measured on
         "classes": class_count(record),
+        # the inner split's lowest cross-entropy over the epochs: near ln K, nothing learnt from the titles
+        "best_inner_loss": min((e.inner_loss for e in record.learning_curve), default=float("nan")),
     }
 
 
