@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 
@@ -89,15 +89,16 @@ def effects_of(
     from klue_tc.report.evidence import KEEPS_FAILURES, effects_missing, learnt_part
 
     grids = grids or {}
-    table = pd.concat(
-        [marginal_effects(folds, m, grid=grids.get(m), titles=titles) for m in metrics], ignore_index=True
-    )
     part = learnt_part(folds)
-    if part.left_out:  # every factor but pretraining's on the configurations that learnt
-        learnt = pd.concat([marginal_effects(part.folds, m, titles=titles) for m in metrics], ignore_index=True)
-        table = pd.concat(
-            [learnt[learnt["factor"] != KEEPS_FAILURES], table[table["factor"] == KEEPS_FAILURES]], ignore_index=True
-        )
+    table = spliced(
+        folds,
+        part,
+        lambda rows, every: pd.concat(
+            [marginal_effects(rows, m, grid=grids.get(m) if every else None, titles=titles) for m in metrics],
+            ignore_index=True,
+        ),
+        lambda table: table["factor"] == KEEPS_FAILURES,
+    )
     compared = {f: folds if f == KEEPS_FAILURES else part.folds for f in FACTORS}
     left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(compared[f], f))}
     table = table[~table["factor"].isin(list(left_out))].reset_index(drop=True)
@@ -112,13 +113,29 @@ def interactions_of(
     configurations that learnt (klue_tc/report/evidence.py)."""
     from klue_tc.report.evidence import KEEPS_FAILURES, learnt_part
 
-    table = pd.concat([interactions(folds, m, grids[m], titles) for m in metrics], ignore_index=True)
-    part = learnt_part(folds)
+    return spliced(
+        folds,
+        learnt_part(folds),
+        lambda rows, every: pd.concat(
+            [interactions(rows, m, grids[m] if every else None, titles) for m in metrics], ignore_index=True
+        ),
+        lambda table: table["family"].str.startswith(KEEPS_FAILURES),
+    )
+
+
+def spliced(
+    folds: pd.DataFrame,
+    part,
+    compute: Callable[[pd.DataFrame, bool], pd.DataFrame],
+    pretraining_rows: Callable[[pd.DataFrame], pd.Series],
+) -> pd.DataFrame:
+    """`compute(folds, True)`'s pretraining rows beside `compute(learnt folds, False)`'s others,
+    where some configurations did not learn (klue_tc/report/evidence.py); else `compute(folds, True)`."""
+    table = compute(folds, True)
     if not part.left_out:
         return table
-    learnt = pd.concat([interactions(part.folds, m, titles=titles) for m in metrics], ignore_index=True)
-    own = table["family"].str.startswith(KEEPS_FAILURES)
-    return pd.concat([learnt[~learnt["family"].str.startswith(KEEPS_FAILURES)], table[own]], ignore_index=True)
+    learnt = compute(part.folds, False)
+    return pd.concat([learnt[~pretraining_rows(learnt)], table[pretraining_rows(table)]], ignore_index=True)
 
 
 def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directory: Path) -> list[Path]:
