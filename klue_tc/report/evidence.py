@@ -34,7 +34,8 @@ def chance_f1(folds: pd.DataFrame) -> float:
 
 
 def learnt(folds: pd.DataFrame, metric: str = "f1") -> pd.Series:
-    """Per configuration (config_hash): does its mean clear chance by 1.96 standard errors?"""
+    """Per configuration (config_hash): does its mean clear chance by 1.96 standard errors and, where
+    its records keep learning curves, its lowest inner-split loss fall below LOSS_SHARE x ln K?"""
     chance = chance_f1(folds)
     scored = folds.dropna(subset=[metric])
     by_config = scored.groupby("config_hash").agg(
@@ -46,7 +47,8 @@ def learnt(folds: pd.DataFrame, metric: str = "f1") -> pd.Series:
     if "best_inner_loss" not in scored:
         return above_chance
     loss = scored.groupby("config_hash")["best_inner_loss"].median()
-    return above_chance & ~(loss >= LOSS_SHARE * math.log(1 / chance)).reindex(above_chance.index, fill_value=False)
+    stalled = loss >= LOSS_SHARE * math.log(folds["classes"].max())  # NaN (no curve) is not stalled
+    return above_chance & ~stalled.reindex(above_chance.index, fill_value=False)
 
 
 def not_learnt_line(folds: pd.DataFrame, rows: pd.Series, what: str) -> Optional[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pandas as pd
 
@@ -27,6 +27,9 @@ from klue_tc.report.render import (
 from klue_tc.report.sections import Section
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 from klue_tc.report.title_bootstrap import TitleBootstrap, validation_predictions
+
+if TYPE_CHECKING:
+    from klue_tc.report.evidence import LearntPart
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +128,7 @@ def interactions_of(
 
 def spliced(
     folds: pd.DataFrame,
-    part,
+    part: LearntPart,
     compute: Callable[[pd.DataFrame, bool], pd.DataFrame],
     pretraining_rows: Callable[[pd.DataFrame], pd.Series],
 ) -> pd.DataFrame:
