@@ -34,14 +34,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def judge(folds: pd.DataFrame, metrics: list[str], grids: Optional[dict[str, Grid]] = None) -> Verdicts:
+def judge(
+    folds: pd.DataFrame,
+    metrics: list[str],
+    grids: Optional[dict[str, Grid]] = None,
+    part: Optional[LearntPart] = None,
+) -> Verdicts:
     """The claims the records can judge, per metric, and what the others need: each claim on the
-    configurations that learnt, but pretraining's on every one (klue_tc/report/evidence.py)."""
+    configurations that learnt (`part`, learnt_part(folds) where not given), but pretraining's on
+    every one (klue_tc/report/evidence.py)."""
     from klue_tc.report.claims import judge_claims
     from klue_tc.report.evidence import judgeable, keeps_failures, learnt_part
 
     grids = grids or {}
-    part = learnt_part(folds)
+    part = part if part is not None else learnt_part(folds)
     judged, not_judged = {}, []
     for metric in metrics:
         claims = judge_claims(folds, metric, grids.get(metric))
@@ -85,14 +91,15 @@ def effects_of(
     metrics: list[str],
     grids: Optional[dict[str, Grid]] = None,
     titles: Optional[TitleBootstrap] = None,
+    part: Optional[LearntPart] = None,
 ) -> Effects:
     """Each factor's marginal effects where its reference level learnt (pretraining's on every configuration,
-    the others' on those that learnt); a phrase for each left out."""
+    the others' on those that learnt: `part`, learnt_part(folds) where not given); a phrase for each left out."""
     from klue_tc.report.effects import EFFECT_COLUMNS, FACTORS, marginal_effects
     from klue_tc.report.evidence import KEEPS_FAILURES, effects_missing, learnt_part
 
     grids = grids or {}
-    part = learnt_part(folds)
+    part = part if part is not None else learnt_part(folds)
     table = spliced(
         folds,
         part,
@@ -110,15 +117,19 @@ def effects_of(
 
 
 def interactions_of(
-    folds: pd.DataFrame, metrics: list[str], grids: dict[str, Grid], titles: Optional[TitleBootstrap]
+    folds: pd.DataFrame,
+    metrics: list[str],
+    grids: dict[str, Grid],
+    titles: Optional[TitleBootstrap],
+    part: Optional[LearntPart] = None,
 ) -> pd.DataFrame:
     """Every interaction family per metric: pretraining's on every configuration, the others on the
-    configurations that learnt (klue_tc/report/evidence.py)."""
+    configurations that learnt (`part`, learnt_part(folds) where not given; klue_tc/report/evidence.py)."""
     from klue_tc.report.evidence import KEEPS_FAILURES, learnt_part
 
     return spliced(
         folds,
-        learnt_part(folds),
+        part if part is not None else learnt_part(folds),
         lambda rows, every: pd.concat(
             [interactions(rows, m, grids[m] if every else None, titles) for m in metrics], ignore_index=True
         ),
@@ -237,9 +248,12 @@ def write_report(
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     grids = {m: Grid(folds, m) for m in metrics}
-    effects = effects_of(folds, metrics, grids, titles)
-    verdicts = judge(folds, metrics, grids)
-    interplay = interactions_of(folds, metrics, grids, titles)
+    from klue_tc.report.evidence import learnt_part
+
+    part = learnt_part(folds)  # one verdict per configuration, shared by every comparison below
+    effects = effects_of(folds, metrics, grids, titles, part)
+    verdicts = judge(folds, metrics, grids, part)
+    interplay = interactions_of(folds, metrics, grids, titles, part)
     effects.table.to_csv(directory / "effects.csv", index=False)
     interplay.to_csv(directory / "interactions.csv", index=False)
     (directory / "claims.md").write_text(
