@@ -232,6 +232,7 @@ def write_report(
     take WandbConfig's defaults. `beside`: another study's records, whose verdicts claims.md shows
     beside this one's."""
     from klue_tc.report.claims import claims_markdown
+    from klue_tc.report.evidence import learnt_part
 
     directory = Path(directory)
     folds = fold_frame(directory)
@@ -248,8 +249,6 @@ def write_report(
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     grids = {m: Grid(folds, m) for m in metrics}
-    from klue_tc.report.evidence import learnt_part
-
     part = learnt_part(folds)  # one verdict per configuration, shared by every comparison below
     effects = effects_of(folds, metrics, grids, titles, part)
     verdicts = judge(folds, metrics, grids, part)
