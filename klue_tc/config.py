@@ -35,8 +35,16 @@ def keyed_only_when(default_factory: Any, **condition: Any) -> Any:
     return field(default_factory=default_factory, metadata={RESULTS_KEY: condition})
 
 
+def keyed_while_on(default_factory: Any) -> Any:
+    """A section in the results key only while its `on` property holds (pretrain.stall: a rule added
+    off, so that every key made before it, and every key of a job with it off, is as it was)."""
+    return field(default_factory=default_factory, metadata={RESULTS_KEY: "while_on"})
+
+
 def in_results_key(item: Any, section: Any = None) -> bool:
     keyed = item.metadata.get(RESULTS_KEY, True)
+    if keyed == "while_on":
+        return getattr(section, item.name).on
     if isinstance(keyed, dict):
         return all(getattr(section, name) == value for name, value in keyed.items())
     return keyed
@@ -386,6 +394,37 @@ class ElectraConfig:
 
 
 @dataclass
+class StallConfig:
+    """The rule that restarts a masked-LM pretraining stuck on the token-frequency plateau
+    (klue_tc/pretraining_stall.py): at `check_at` of the step budget, a loss (the mean over the last
+    steps) still above the corpus's token-frequency entropy minus `margin` restarts the pretraining
+    from its start (the same seed: the same initial weights and batches) at the learning rate times
+    `lr_factor`, at most `max_restarts` times. It reads only the corpus and the loss; the check is
+    recorded with the pretrained encoder whether or not the rule may act. In the keys only while it
+    may act: a pretraining it never restarts is the same pretraining as with it off."""
+
+    max_restarts: int = 0  # 0: off (the check is still recorded)
+    # Share of the step budget done when the loss is checked. The end by default: earlier, a healthy
+    # shallow encoder can still be near the plateau (docs/pretraining.md: a 2-layer TRANS-BLSTM at
+    # 7.27 nats at mid-budget, 0.55 below the entropy), and a restart would change a sound pretraining.
+    check_at: float = 1.0
+    margin: float = 0.5  # nats below the entropy that still count as on it (the report's mark, PLATEAU_NATS)
+    lr_factor: float = 0.5  # each restart's learning rate: the last one's times this
+
+    @property
+    def on(self) -> bool:
+        return self.max_restarts > 0
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("pretrain.stall.max_restarts", self.max_restarts, 0),
+            (0.0 < self.check_at <= 1.0, f"pretrain.stall.check_at must be in (0, 1], got {self.check_at}"),
+            at_least("pretrain.stall.margin", self.margin, 0.0),
+            (0.0 < self.lr_factor < 1.0, f"pretrain.stall.lr_factor must be in (0, 1), got {self.lr_factor}"),
+        ]
+
+
+@dataclass
 class PretrainConfig:
     """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py).
     With `none` the section is left out of the results key, so records made before it existed count."""
@@ -416,6 +455,8 @@ class PretrainConfig:
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
+    # The stall rule (pretrain=mlm only); off by default, so no key made before it moved.
+    stall: StallConfig = keyed_while_on(StallConfig)
 
     def checks(self) -> list[Check]:
         return [
@@ -426,6 +467,12 @@ class PretrainConfig:
                 "would change nothing",
             ),
             *self.electra.checks(),
+            *self.stall.checks(),
+            (
+                self.objective != "electra" or not self.stall.on,
+                "pretrain.stall watches the masked-LM loss against the token-frequency entropy: it needs "
+                "pretrain=mlm (ELECTRA's loss adds the detection loss)",
+            ),
             at_least("pretrain.epochs", self.epochs, 1),
             (
                 self.max_steps is None or self.max_steps > 0,
