@@ -505,6 +505,60 @@ class SlurmConfig:
         return [at_least("slurm.max_requeues", self.max_requeues, 0)]
 
 
+# The factors that name a cell of a grid beside its configuration key (the report compares levels of these).
+GRID_FACTORS = ("encoder", "ln", "layers", "tokenizer", "pretrain")
+
+
+@dataclass
+class ExclusionConfig:
+    """Configurations the report leaves out of its comparisons, by rules a sweep file declares before
+    its jobs run (klue_tc/report/exclusions.py): each rule is declared by giving its one parameter
+    (null: not declared; none is by default). A configuration any declared rule names is left out,
+    and every verdict that changes is shown both ways."""
+
+    # z: a configuration whose fold mean of macro-F1 does not clear 1/K (K classes: what a classifier
+    # ignoring the title reaches) by z standard errors, the larger of its folds' spread and the
+    # sampling noise of F1 on the titles it was scored on (1.96: 95 %).
+    near_chance: Optional[float] = None
+    # share: a configuration whose folds' lowest inner-split loss (their median) stays at or above
+    # share x ln K, near the loss of predicting the class mix: it learnt next to nothing from the titles.
+    stalled_inner_loss: Optional[float] = None
+    # Factors whose comparisons keep the left-out configurations (pretrain: a pretraining that makes a
+    # design fail is that pretraining's effect).
+    kept_in: list[str] = field(default_factory=list)
+
+    @property
+    def rules(self) -> dict[str, float]:
+        """The declared rules by name, each with its parameter."""
+        return {
+            name: value for name in ("near_chance", "stalled_inner_loss") if (value := getattr(self, name)) is not None
+        }
+
+    def checks(self) -> list[Check]:
+        return [
+            *[one_of("report.exclude.kept_in", factor, GRID_FACTORS) for factor in self.kept_in],
+            (
+                self.near_chance is None or self.near_chance >= 0,
+                f"report.exclude.near_chance (z) must be >= 0, got {self.near_chance}",
+            ),
+            (
+                self.stalled_inner_loss is None or 0 < self.stalled_inner_loss <= 1,
+                f"report.exclude.stalled_inner_loss (share of ln K) must be in (0, 1], got {self.stalled_inner_loss}",
+            ),
+        ]
+
+
+@dataclass
+class ReportConfig:
+    """What the report of these runs may do with their records, fixed before they run: saved in every
+    run's config.yaml and the results store's, where the report reads it."""
+
+    exclude: ExclusionConfig = field(default_factory=ExclusionConfig)
+
+    def checks(self) -> list[Check]:
+        return self.exclude.checks()
+
+
 @dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
@@ -522,6 +576,7 @@ class RunConfig:
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
+    report: ReportConfig = outside_results_key(default_factory=ReportConfig)
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -564,6 +619,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.results,
         run.pretrain,
         run.slurm,
+        run.report,
     ):
         for ok, message in section.checks():
             if not ok:

@@ -28,9 +28,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from klue_tc.config import GRID_FACTORS
+
 CONFIDENCE = 0.95
 # The factors that name a cell beside the configuration key; the head goes with the encoder.
-FACTORS = ("encoder", "ln", "layers", "tokenizer", "pretrain")
+FACTORS = GRID_FACTORS
 METHOD = "grid model (cell + fold OLS, pooled residual variance, t intervals)"
 TIES_METHOD = "Hsu's comparison with the best, one-sided, Bonferroni critical value over the other cells"
 
