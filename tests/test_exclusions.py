@@ -73,6 +73,11 @@ def test_declared_rules_leave_out_whom_they_name_and_each_changed_verdict_is_sho
     assert "left out: trans_blstm / mecab / mlm (no post 4, post 6)" in declared["matched"].iloc[0]
     everything = table[(table.exclusion == "none") & (table.family == "LN × layers")]
     assert "left out" not in everything["matched"].iloc[0]
+    from klue_tc.report.render import interaction_lines
+
+    both = "\n".join(interaction_lines(table)).split("The declared exclusion changes these verdicts")[1]
+    assert "without the declared exclusion: CV macro-F1, LN × layers: depth works differently" in both
+    assert "pretrain × encoder" not in both  # kept in pretraining's comparisons: the same verdict both ways
 
 
 def test_the_f1_rule_alone_names_only_the_cell_at_chance():
