@@ -169,18 +169,3 @@ def shifted(on_step, steps_before: int):
     if on_step is None or not steps_before:
         return on_step
     return lambda step, total, loss, batch: on_step(steps_before + step, steps_before + total, loss, batch)
-
-
-def check_lines(summary: Optional[dict]) -> list[str]:
-    """Each check, in words, for a report or a log (nothing where the rule kept no record)."""
-    if not summary:
-        return []
-    lines = []
-    for check in map(lambda c: StallCheck(**c), summary["checks"]):
-        done = (
-            f"restarted at lr {check.lr * summary['rule']['lr_factor']:g}"
-            if check.restarted
-            else ("on the plateau, no restart left" if check.on_plateau else "left the plateau")
-        )
-        lines.append(f"{check.describe()}: {done}")
-    return lines
