@@ -35,8 +35,16 @@ def keyed_only_when(default_factory: Any, **condition: Any) -> Any:
     return field(default_factory=default_factory, metadata={RESULTS_KEY: condition})
 
 
+def keyed_while_on(default_factory: Any) -> Any:
+    """A section in the results key only while its `on` property holds (pretrain.stall: a rule added
+    off, so that every key made before it, and every key of a job with it off, is as it was)."""
+    return field(default_factory=default_factory, metadata={RESULTS_KEY: "while_on"})
+
+
 def in_results_key(item: Any, section: Any = None) -> bool:
     keyed = item.metadata.get(RESULTS_KEY, True)
+    if keyed == "while_on":
+        return getattr(section, item.name).on
     if isinstance(keyed, dict):
         return all(getattr(section, name) == value for name, value in keyed.items())
     return keyed
@@ -386,6 +394,37 @@ class ElectraConfig:
 
 
 @dataclass
+class StallConfig:
+    """The rule that restarts a masked-LM pretraining stuck on the token-frequency plateau
+    (klue_tc/pretraining_stall.py): at `check_at` of the step budget, a loss (the mean over the last
+    steps) still above the corpus's token-frequency entropy minus `margin` restarts the pretraining
+    from its start (the same seed: the same initial weights and batches) at the learning rate times
+    `lr_factor`, at most `max_restarts` times. It reads only the corpus and the loss; the check is
+    recorded with the pretrained encoder whether or not the rule may act. In the keys only while it
+    may act: a pretraining it never restarts is the same pretraining as with it off."""
+
+    max_restarts: int = 0  # 0: off (the check is still recorded)
+    # Share of the step budget done when the loss is checked. The end by default: earlier, a healthy
+    # shallow encoder can still be near the plateau (docs/pretraining.md: a 2-layer TRANS-BLSTM at
+    # 7.27 nats at mid-budget, 0.55 below the entropy), and a restart would change a sound pretraining.
+    check_at: float = 1.0
+    margin: float = 0.5  # nats below the entropy that still count as on it (the report's mark, PLATEAU_NATS)
+    lr_factor: float = 0.5  # each restart's learning rate: the last one's times this
+
+    @property
+    def on(self) -> bool:
+        return self.max_restarts > 0
+
+    def checks(self) -> list[Check]:
+        return [
+            at_least("pretrain.stall.max_restarts", self.max_restarts, 0),
+            (0.0 < self.check_at <= 1.0, f"pretrain.stall.check_at must be in (0, 1], got {self.check_at}"),
+            at_least("pretrain.stall.margin", self.margin, 0.0),
+            (0.0 < self.lr_factor < 1.0, f"pretrain.stall.lr_factor must be in (0, 1), got {self.lr_factor}"),
+        ]
+
+
+@dataclass
 class PretrainConfig:
     """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py).
     With `none` the section is left out of the results key, so records made before it existed count."""
@@ -416,6 +455,8 @@ class PretrainConfig:
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
+    # The stall rule (pretrain=mlm only); off by default, so no key made before it moved.
+    stall: StallConfig = keyed_while_on(StallConfig)
 
     def checks(self) -> list[Check]:
         return [
@@ -426,6 +467,12 @@ class PretrainConfig:
                 "would change nothing",
             ),
             *self.electra.checks(),
+            *self.stall.checks(),
+            (
+                self.objective != "electra" or not self.stall.on,
+                "pretrain.stall watches the masked-LM loss against the token-frequency entropy: it needs "
+                "pretrain=mlm (ELECTRA's loss adds the detection loss)",
+            ),
             at_least("pretrain.epochs", self.epochs, 1),
             (
                 self.max_steps is None or self.max_steps > 0,
@@ -458,6 +505,60 @@ class SlurmConfig:
         return [at_least("slurm.max_requeues", self.max_requeues, 0)]
 
 
+# The factors that name a cell of a grid beside its configuration key (the report compares levels of these).
+GRID_FACTORS = ("encoder", "ln", "layers", "tokenizer", "pretrain")
+
+
+@dataclass
+class ExclusionConfig:
+    """Configurations the report leaves out of its comparisons, by rules a sweep file declares before
+    its jobs run (klue_tc/report/exclusions.py): each rule is declared by giving its one parameter
+    (null: not declared; none is by default). A configuration any declared rule names is left out,
+    and every verdict that changes is shown both ways."""
+
+    # z: a configuration whose fold mean of macro-F1 does not clear 1/K (K classes: what a classifier
+    # ignoring the title reaches) by z standard errors, the larger of its folds' spread and the
+    # sampling noise of F1 on the titles it was scored on (1.96: 95 %).
+    near_chance: Optional[float] = None
+    # share: a configuration whose folds' lowest inner-split loss (their median) stays at or above
+    # share x ln K, near the loss of predicting the class mix: it learnt next to nothing from the titles.
+    stalled_inner_loss: Optional[float] = None
+    # Factors whose comparisons keep the left-out configurations (pretrain: a pretraining that makes a
+    # design fail is that pretraining's effect).
+    kept_in: list[str] = field(default_factory=list)
+
+    @property
+    def rules(self) -> dict[str, float]:
+        """The declared rules by name, each with its parameter."""
+        return {
+            name: value for name in ("near_chance", "stalled_inner_loss") if (value := getattr(self, name)) is not None
+        }
+
+    def checks(self) -> list[Check]:
+        return [
+            *[one_of("report.exclude.kept_in", factor, GRID_FACTORS) for factor in self.kept_in],
+            (
+                self.near_chance is None or self.near_chance >= 0,
+                f"report.exclude.near_chance (z) must be >= 0, got {self.near_chance}",
+            ),
+            (
+                self.stalled_inner_loss is None or 0 < self.stalled_inner_loss <= 1,
+                f"report.exclude.stalled_inner_loss (share of ln K) must be in (0, 1], got {self.stalled_inner_loss}",
+            ),
+        ]
+
+
+@dataclass
+class ReportConfig:
+    """What the report of these runs may do with their records, fixed before they run: saved in every
+    run's config.yaml and the results store's, where the report reads it."""
+
+    exclude: ExclusionConfig = field(default_factory=ExclusionConfig)
+
+    def checks(self) -> list[Check]:
+        return self.exclude.checks()
+
+
 @dataclass
 class RunConfig:
     experiment: str = outside_results_key("default")  # set by +experiment=...; names the run directory
@@ -475,6 +576,7 @@ class RunConfig:
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
+    report: ReportConfig = outside_results_key(default_factory=ReportConfig)
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -517,6 +619,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.results,
         run.pretrain,
         run.slurm,
+        run.report,
     ):
         for ok, message in section.checks():
             if not ok:

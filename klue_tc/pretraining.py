@@ -40,6 +40,7 @@ from klue_tc.models.encoder import Encoder
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, round_up
 from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
 from klue_tc.module import lr_lambda, warmup_steps
+from klue_tc.pretraining_stall import StallWatch, with_restarts
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
 
@@ -59,8 +60,9 @@ class PretrainingOutcome(NamedTuple):
     weights: dict  # the encoder's state dict, on the CPU
     steps: int
     loss: float  # the mean over the last loss_steps steps
-    loss_steps: int  # LOSS_WINDOW, or fewer where the last sitting ran fewer steps
+    loss_steps: int  # LOSS_WINDOW, or fewer where the pretraining ran fewer steps
     seconds: float  # of pretraining over every sitting, a resumed one's earlier sittings included
+    stall: Optional[dict] = None  # the stall rule's checks (klue_tc/pretraining_stall.py); None: not masked LM
 
 
 class MaskedBatch(NamedTuple):
@@ -240,6 +242,7 @@ def _train_and_store(
         "tokenizer_key": tok_key,
         "token_entropy": round(token_entropy(encoded.ids, never_hidden(tokenizer.specials)), 4),
         "seconds": round(outcome.seconds, 1),
+        **({"stall": outcome.stall} if outcome.stall is not None else {}),
         # what ran it, so the report times it on its own machine (the folds that reuse it may run elsewhere)
         "device": device.name,
         "threads": threads,
@@ -290,7 +293,30 @@ def pretrain_encoder(
 ) -> PretrainingOutcome:
     """Steps of the objective (masked LM or ELECTRA) over `encoded`; the resumable state is written
     to `state_path` every `pretrain.save_every_steps` steps and at the step a stop signal comes
-    (then JobInterrupted), and a run that finds one there goes on from it."""
+    (then JobInterrupted), and a run that finds one there goes on from it. A masked-LM pretraining
+    is checked against its corpus's token-frequency plateau, and restarted at a lower rate where
+    pretrain.stall says so (klue_tc/pretraining_stall.py)."""
+    plateau = token_entropy(encoded.ids, never_hidden(tokenizer.specials)) if run.pretrain.objective == "mlm" else None
+    outcome, stall, restarted_seconds = with_restarts(
+        run,
+        plateau,
+        total_steps(run, len(encoded))[1],
+        state_path,
+        on_step,
+        lambda attempt, path, watch, hook: _pretrain_attempt(attempt, device, tokenizer, encoded, path, hook, watch),
+    )
+    return outcome._replace(stall=stall, seconds=outcome.seconds + restarted_seconds)
+
+
+def _pretrain_attempt(
+    run: RunConfig,
+    device: Device,
+    tokenizer: Tokenizer,
+    encoded: EncodedTitles,
+    state_path: Path,
+    on_step: Optional[StepHook],
+    watch: Optional[StallWatch],
+) -> PretrainingOutcome:
     cfg = run.pretrain
     bf16 = "bf16" in device.precision
     on = device.torch_device
@@ -303,7 +329,7 @@ def pretrain_encoder(
     generator = torch.Generator(on).manual_seed(run.seed)
     specials, vocab_size = tokenizer.specials, tokenizer.vocab_size
     starts = word_start_table(tokenizer).to(on) if cfg.whole_word else None
-    step, seconds_before = _resume(state_path, model, optimizer, scheduler, generator)
+    step, seconds_before, losses = _resume(state_path, model, optimizer, scheduler, generator)
     started = time.perf_counter()
 
     def seconds() -> float:
@@ -314,7 +340,8 @@ def pretrain_encoder(
         encoded.lengths, cfg.batch_size, shuffle=True, seed=run.seed, multiplier=BUCKET_MULTIPLIER
     )
     model.train()
-    recent: collections.deque = collections.deque(maxlen=LOSS_WINDOW)  # detached: no sync per step
+    # Detached: no sync per step. Resumed with the saved losses, so a window means the same after a kill.
+    recent: collections.deque = collections.deque([torch.tensor(x, device=on) for x in losses], maxlen=LOSS_WINDOW)
     with interrupts.at_step_boundaries():
         while step < total:
             epoch, done_in_epoch = divmod(step, per_epoch)
@@ -337,13 +364,15 @@ def pretrain_encoder(
                 scheduler.step()
                 step += 1
                 recent.append(loss.detach())
+                if watch is not None:
+                    watch(step, recent, seconds)  # raises Stalled where the rule restarts
                 if on_step is not None:
                     on_step(step, total, loss.detach(), MaskedBatch(original, picked))
                 if step == total:
                     break
                 stop = interrupts.requested()  # a scheduler's SIGTERM: saved at this step, not the last save
                 if step % cfg.save_every_steps == 0 or stop is not None:
-                    _save_state(state_path, step, seconds(), model, optimizer, scheduler, generator)
+                    _save_state(state_path, step, seconds(), model, optimizer, scheduler, generator, recent)
                 if stop is not None:
                     raise interrupts.JobInterrupted(
                         stop, f"in pretraining, at step {step} of {total}: its state is saved in {state_path}"
@@ -353,10 +382,13 @@ def pretrain_encoder(
     return PretrainingOutcome(weights, step, loss, len(recent), seconds())
 
 
-def _save_state(path: Path, step: int, seconds: float, model, optimizer, scheduler, generator: torch.Generator) -> None:
+def _save_state(
+    path: Path, step: int, seconds: float, model, optimizer, scheduler, generator: torch.Generator, recent
+) -> None:
     state = {
         "step": step,
         "seconds": seconds,
+        "recent_losses": [float(loss) for loss in recent],
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -367,11 +399,11 @@ def _save_state(path: Path, step: int, seconds: float, model, optimizer, schedul
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> tuple[int, float]:
-    """The step a saved state ends at and the seconds spent reaching it ((0, 0) with none, or with
-    one a kill left unreadable)."""
+def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> tuple[int, float, list]:
+    """The step a saved state ends at, the seconds spent reaching it and its last steps' losses
+    ((0, 0, []) with none, or with one a kill left unreadable)."""
     if not path.is_file():
-        return 0, 0.0
+        return 0, 0.0, []
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
@@ -383,9 +415,9 @@ def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator)
             torch.cuda.set_rng_state_all(state["cuda_rng"])
     except Exception as err:  # cut short by a kill: start again
         log.warning("pretraining state %s is unreadable (%s); pretraining from the start", path, type(err).__name__)
-        return 0, 0.0
+        return 0, 0.0, []
     log.info("pretraining resumes after step %d, from %s", state["step"], path)
-    return state["step"], state.get("seconds", 0.0)
+    return state["step"], state.get("seconds", 0.0), state.get("recent_losses", [])
 
 
 def load_pretrained_encoder(model: nn.Module, pretrained: PretrainedEncoder) -> None:

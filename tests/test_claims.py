@@ -190,37 +190,3 @@ def grid_with_a_stalled_pretraining(seed: int = 3) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
-
-
-def test_a_configuration_at_chance_is_left_out_of_every_comparison_but_pretrainings():
-    """One stalled pretraining must not decide the LN and depth verdicts (its 0.6 gap would), nor
-    silence them; it is named, and it stays in pretraining's own verdict and effects, as its effect."""
-    from klue_tc.report.evidence import learnt_part
-    from klue_tc.report.write import effects_of, judge
-
-    folds = grid_with_a_stalled_pretraining()
-    part = learnt_part(folds)
-    assert part.left_out == [
-        "mecab / trans_blstm / post / L4 / mlm (0.143)",
-        "mecab / trans_blstm / post / L6 / mlm (0.183)",
-    ]
-    assert len(part.folds) == len(folds) - 6
-
-    verdicts = judge(folds, ["f1"])
-    claims = {c.id: c for c in verdicts.judged["f1"]}
-    assert "mecab / trans_blstm / post / L4 / mlm (0.143)" in verdicts.left_out
-    assert abs(claims["iv"].difference) < 0.01  # pre − post, the stalled post-LN cells left out (else ~+0.05)
-    assert claims["iii"].verdict == "refuted"  # no sharp fall from 5 layers: the 6-layer stall is not depth
-    assert claims["vii.trans_blstm"].difference < -0.05  # mlm − none keeps it: the stall is pretraining's effect
-    assert not any(why.startswith("(iv)") for why in verdicts.not_judged)
-
-    effects = effects_of(folds, ["f1"])
-    table = effects.table.set_index(["factor", "level"])
-    assert abs(table.loc[("ln", "pre"), "difference"]) < 0.01
-    assert table.loc[("pretrain", "mlm"), "difference"] < -0.01
-    assert any("learnt next to nothing" in line for line in effects.left_out)
-
-    # Where nothing learnt, nothing is left out and the questions say why instead.
-    at_chance = folds.assign(f1=0.14 + 0.001 * np.arange(len(folds)) % 0.01)
-    nothing = judge(at_chance, ["f1"])
-    assert nothing.left_out is None and not any(nothing.judged.values())

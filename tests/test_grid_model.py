@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
-from test_effects import HEADS, synthetic_folds
+from test_effects import HEADS, TOKENIZERS, synthetic_folds
 
 from klue_tc.report.grid_model import Grid, fit_grid
 from klue_tc.report.interactions import INTERACTION, interactions, verdicts
@@ -164,6 +164,32 @@ def test_the_effect_of_pretraining_per_encoder_and_its_interaction():
     cnn = row(table, "(mlm − none) cnn − transformer")
     assert cnn.high < 0
     assert any("self-pretraining's effect depends on the encoder" in line for line in verdicts(table))
+
+
+def test_every_interaction_compares_matched_sets_only_and_names_them():
+    """Post-LN lacks two deep cells of one set (as where those cells were left out): that set leaves
+    every contrast of the LN × layers family, so both slopes average over the same sets, and the
+    result is the family of the grid without that set; the report names the sets kept and left out."""
+    folds = synthetic_folds(planted_interactions, noise=0.003)
+    gap = (folds.encoder == "trans_blstm") & (folds.tokenizer == "mecab") & (folds.ln == "post") & (folds.layers >= 5)
+    table = interactions(folds[~gap])
+    post = row(table, "2 → 6 layers (fitted slope), post-LN")
+    pre = row(table, "2 → 6 layers (fitted slope), pre-LN")
+    assert post.cells == pre.cells == row(table, "slope under pre − under post").cells
+    assert post.cells == len(HEADS) * len(TOKENIZERS) - 1  # every (encoder, tokenizer) set but the gap's
+    assert "left out: trans_blstm / mecab / none (no post 5, post 6)" in post.matched
+    assert post.matched.startswith(f"{post.cells} matched set(s) of encoder / tokenizer / pretrain")
+    without_the_set = folds[~((folds.encoder == "trans_blstm") & (folds.tokenizer == "mecab"))]
+    alone = interactions(without_the_set, grid=None)
+    for comparison in ("2 → 6 layers (fitted slope), post-LN", "slope under pre − under post"):
+        assert row(table, comparison).difference == pytest.approx(row(alone, comparison).difference)
+    # LN × encoder and pretrain × encoder: the (layers, tokenizer) sets where trans_blstm lacks post-LN go too.
+    encoder_family = table[table.family == "LN × encoder"]
+    assert (
+        "left out: 5 / mecab / none (no post trans_blstm), 6 / mecab / none (no post trans_blstm)"
+        in (encoder_family.matched.iloc[0])
+    )
+    assert set(encoder_family.cells) == {len(range(2, 7)) * len(TOKENIZERS) - 2}
 
 
 def test_no_interaction_is_worded_as_none_shown():

@@ -490,3 +490,46 @@ def test_a_pretraining_that_names_its_machine_is_timed_there_whichever_fold_wait
     stored = record("p2", 1, describe=two, pretrained=ran, time_to_first_step_s=1.0)
     assert pretrainings([waited]).loc["e2", "machine"] == "CPU B, 2 threads"
     assert pretrainings([stored]).loc["e2", "machine"] == "CPU B, 2 threads"
+
+
+def stall_summary(*checks: tuple[float, float, bool], max_restarts: int = 2) -> dict:
+    """The stall rule's record: (lr, loss, restarted) per check, on a 7.82-nat plateau at step 560."""
+    rule = {"max_restarts": max_restarts, "check_at": 0.5, "margin": 0.5, "lr_factor": 0.5}
+    rows = [
+        {"attempt": i, "lr": lr, "step": 560, "loss": loss, "plateau": 7.82, "margin": 0.5, "restarted": restarted}
+        for i, (lr, loss, restarted) in enumerate(checks)
+    ]
+    restarts = sum(r["restarted"] for r in rows)
+    return {"rule": rule, "checks": rows, "restarts": restarts, "lr": 1e-3 * 0.5**restarts}
+
+
+def test_the_stall_rule_s_checks_and_restarts_are_tabled_per_configuration_and_in_report_csv():
+    from klue_tc.report.pretrained import pretraining_section
+
+    two, four = (Describe("trans_blstm", "trans_blstm", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
+    left = stall_summary((1e-3, 7.27, False))
+    restarted = stall_summary((1e-3, 7.80, True), (5e-4, 7.08, False))
+    folds = [
+        record("p2", 0, describe=two, pretrained={**pretrained_from("e2", 60.0), "stall": left}),
+        record("p4", 0, describe=four, pretrained={**pretrained_from("e4", 60.0), "stall": restarted}),
+    ]
+    section = pretraining_section(folds)
+    text = "\n".join(section.lines)
+    assert "at 0.5 of the step budget" in text and "at most 2 time(s)" in text
+    assert "1 of 2 pretrainings were restarted" in text
+    assert (
+        "| mecab / trans_blstm / post | lr 0.001: 7.27 at step 560, left it | lr 0.001: 7.80 at step 560, "
+        "restarted at lr 0.0005; lr 0.0005: 7.08 at step 560, left it |"
+    ) in text
+    assert section.columns.loc["p4"].to_dict() == {"pretrain_restarts": 1, "pretrain_lr": 5e-4}
+    assert section.columns.loc["p2"].to_dict() == {"pretrain_restarts": 0, "pretrain_lr": 1e-3}
+    off = [
+        replace(
+            folds[0], pretrained={**folds[0].pretrained, "stall": stall_summary((1e-3, 7.6, False), max_restarts=0)}
+        )
+    ]
+    assert "is off (pretrain.stall.max_restarts=0)" in "\n".join(pretraining_section(off).lines)
+    assert "on the plateau" in "\n".join(pretraining_section(off).lines)
+    older = [replace(folds[0], pretrained=pretrained_from("e2", 60.0))]  # records of code before the rule
+    assert "stall rule" not in "\n".join(pretraining_section(older).lines)
+    assert pretraining_section(older).columns.empty

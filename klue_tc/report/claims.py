@@ -13,7 +13,7 @@ simultaneous over every pair, which stay valid whichever one the means then sing
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -284,13 +284,23 @@ class StudyVerdicts:
     name: str
     judged: Mapping[str, Sequence[Claim]]
     not_judged: Sequence[str] = ()  # "(id) why", as klue_tc.report.evidence words them
+    # Per metric, claim id -> the claim on every configuration, where a declared exclusion changes it.
+    both_ways: Mapping[str, Mapping[str, Optional[Claim]]] = field(default_factory=dict)
 
     def cell(self, metric: str, id: str) -> str:
         claim = next((c for c in self.judged.get(metric, ()) if c.id == id), None)
         if claim is not None and claim.measured:
+            changed = self.both_ways.get(metric, {})
+            if id in changed:
+                return f"{claim.judged()} (without the declared exclusion: {without(changed[id])})"
             return claim.judged()
         why = next((w for w in self.not_judged if w.startswith(f"({id.split('.')[0]})")), None)
         return f"not yet measured: {why.split(') ', 1)[1]}" if why else "not yet measured"
+
+
+def without(claim: Optional[Claim]) -> str:
+    """A claim as judged on every configuration, where a declared exclusion changes its verdict."""
+    return claim.judged() if claim is not None and claim.measured else "not judged"
 
 
 def what_changed(first: Optional[Claim], last: Optional[Claim], last_name: str) -> str:
@@ -338,9 +348,12 @@ def claims_markdown(
     beside: Sequence[StudyVerdicts] = (),
     command: Optional[str] = None,
     left_out: Optional[str] = None,
+    both_ways: Optional[Mapping[str, Mapping[str, Optional[Claim]]]] = None,
 ) -> str:
     """The judged claims per metric, one line per question the records cannot judge and why, and
-    (given `beside`) the verdicts of several studies side by side; `command`: the one that wrote it."""
+    (given `beside`) the verdicts of several studies side by side; `command`: the one that wrote it;
+    `both_ways`: each claim a declared exclusion changes, as judged on every configuration."""
+    both_ways = both_ways or {}
     lines = ["# The original study's claims, judged from the records", ""]
     if command:
         lines += [f"Written with report.md by `{command}`.", ""]
@@ -353,7 +366,13 @@ def claims_markdown(
         if not claims:
             continue
         lines += [f"## {METRIC_TITLES.get(metric, metric)} (`{metric}`)", ""]
-        lines += [f"{'  ' if '.' in c.id else ''}- **{c.verdict}**: {c.statement} {c.evidence}" for c in claims]
+        for c in claims:
+            indent = "  " if "." in c.id else ""
+            lines.append(f"{indent}- **{c.verdict}**: {c.statement} {c.evidence}")
+            if c.id in both_ways.get(metric, {}):
+                plain = both_ways[metric][c.id]
+                judged = f"**{plain.verdict}**: {plain.evidence}" if plain is not None else "not judged"
+                lines.append(f"{indent}  - without the declared exclusion: {judged}")
         lines.append("")
     if not_judged:
         lines += ["## Not judged", "", *[f"- {why}" for why in not_judged], ""]

@@ -17,6 +17,8 @@ chosen on the same records.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,9 +28,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from klue_tc.config import GRID_FACTORS
+
 CONFIDENCE = 0.95
 # The factors that name a cell beside the configuration key; the head goes with the encoder.
-FACTORS = ("encoder", "ln", "layers", "tokenizer", "pretrain")
+FACTORS = GRID_FACTORS
 METHOD = "grid model (cell + fold OLS, pooled residual variance, t intervals)"
 TIES_METHOD = "Hsu's comparison with the best, one-sided, Bonferroni critical value over the other cells"
 
@@ -211,6 +215,53 @@ def matching(cells: pd.DataFrame, *varied: str) -> list[str]:
     return [k for k in FACTORS if k not in varied and k in cells]
 
 
+@dataclass(frozen=True)
+class MatchedSets:
+    """The sets (cells alike in every other factor) that hold a cell at every level of both factors
+    of an interaction: only their cells are compared, so each side averages over the same sets."""
+
+    factors: tuple[str, str]
+    levels: tuple[tuple, tuple]  # the levels of each factor a set must hold all of
+    within: tuple[str, ...]  # the other factors, which name a set
+    matched: tuple[str, ...]  # the sets kept, by their other factors' levels
+    unmatched: tuple[str, ...]  # the sets left out, each with the cells it lacks
+    cells: pd.Index = field(default_factory=pd.Index, compare=False)  # the config_hash of every cell kept
+
+    def text(self) -> str:
+        a, b = self.factors
+        head = (
+            f"{len(self.matched)} matched set(s) of {' / '.join(self.within) or 'the grid'}, each with every "
+            f"{a} × {b} cell ({' / '.join(map(str, self.levels[0]))} × {' / '.join(map(str, self.levels[1]))}; "
+            f"{len(self.cells)} cells): {', '.join(self.matched) or 'none'}"
+        )
+        return head + (f"; left out: {', '.join(self.unmatched)}" if self.unmatched else "")
+
+
+def matched_sets(cells: pd.DataFrame, a: str, a_levels: Sequence, b: str) -> MatchedSets:
+    """The cells of the sets that hold every (a, b) pair: `a` at `a_levels`, `b` at each of its levels
+    that meets every one of them somewhere in the grid (a level never crossed with one of `a`'s would
+    leave no set matched)."""
+    relevant = cells[_is(cells[a], tuple(a_levels))] if len(cells) else cells
+    b_levels = sorted(level for level, part in relevant.groupby(b) if set(a_levels) <= set(part[a]))
+    within = matching(cells, a, b)
+    wanted = set(itertools.product(a_levels, b_levels))
+    relevant = relevant[relevant[b].isin(b_levels)]
+    matched, unmatched, kept = [], [], []
+    groups = relevant.groupby(within, sort=True) if within else [((), relevant)]
+    for key, group in groups:
+        name = " / ".join(map(str, key if isinstance(key, tuple) else (key,))) or "the grid"
+        missing = sorted(wanted - set(zip(group[a], group[b])), key=str)
+        if missing:
+            unmatched.append(f"{name} (no {', '.join(f'{x} {y}' for x, y in missing)})")
+        else:
+            matched.append(name)
+            kept.append(group.index)
+    index = kept[0].append(kept[1:]) if kept else pd.Index([])
+    return MatchedSets(
+        (a, b), (tuple(a_levels), tuple(b_levels)), tuple(within), tuple(matched), tuple(unmatched), index
+    )
+
+
 class Grid:
     """The fitted grid and the comparisons the report reads from it, all by linear contrasts."""
 
@@ -223,6 +274,12 @@ class Grid:
 
     def levels(self, factor: str) -> list:
         return sorted(self.cells[factor].dropna().unique()) if factor in self.cells else []
+
+    def restricted(self, cells: pd.Index) -> Grid:
+        """The same fit (its pooled noise from every cell) with only `cells` to compare."""
+        view = copy.copy(self)
+        view.cells = self.cells.loc[cells]
+        return view
 
     def where(self, **fixed) -> pd.DataFrame:
         """The cells at the given factor levels (a tuple: any of them)."""

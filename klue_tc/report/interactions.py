@@ -3,9 +3,14 @@
 Three families: LN x layers (the fitted change from the fewest to the most layers under post- and
 under pre-LN, their difference, and pre − post at each end), LN x encoder (pre − post per encoder
 and each encoder's against the reference encoder's) and pretrain x encoder (the effect of
-self-pretraining per encoder, likewise). Every number is a contrast of the grid model; the
-intervals of a family are read at once, so each is at Bonferroni's 1 - 0.05 / (family size).
-A verdict is worded for each difference of differences whose interval excludes zero.
+self-pretraining per encoder, likewise). Each family compares matched sets only: the sets of cells
+alike in every other factor that hold a cell at every level of both of its factors
+(klue_tc.report.grid_model.matched_sets), so both sides of every difference average over the same
+sets; the report names the sets kept and those left out. Every number is a contrast of the grid
+model, with its intervals as the report's other effects have them (the fold noise pooled over the
+whole grid; on the validation titles also the crossed bootstrap over folds and titles); the
+intervals of a family are read at once, so each is at Bonferroni's 1 - 0.05 / (family size). A
+verdict is worded for each difference of differences whose interval excludes zero.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import pandas as pd
 
 from klue_tc.report.claims import METRIC_TITLES
 from klue_tc.report.effects import REFERENCES, title_interval
-from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, family_confidence
+from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, MatchedSets, family_confidence, matched_sets
 from klue_tc.report.title_bootstrap import TitleBootstrap
 
 INTERACTION_COLUMNS = [
@@ -33,9 +38,19 @@ INTERACTION_COLUMNS = [
     "confidence",
     "titles_low",
     "titles_high",
+    "matched",  # the family's matched sets, kept and left out (MatchedSets.text)
+    "exclusion",  # "declared": computed under the declared exclusion rules; "none": on every configuration
 ]
 SIMPLE, INTERACTION = "simple effect", "interaction"
 PRETRAINED = "mlm"  # the objective the pretraining study's grid uses
+
+
+LN_BY_LAYERS, LN_BY_ENCODER, PRETRAIN_BY_ENCODER = "LN × layers", "LN × encoder", "pretrain × encoder"
+FAMILY_FACTORS = {
+    LN_BY_LAYERS: ("ln", "layers"),
+    LN_BY_ENCODER: ("ln", "encoder"),
+    PRETRAIN_BY_ENCODER: ("pretrain", "encoder"),
+}
 
 
 @dataclass(frozen=True)
@@ -43,17 +58,27 @@ class Row:
     family: str
     kind: str  # SIMPLE or INTERACTION
     contrast: Contrast
+    matched: Optional[MatchedSets] = None
 
 
-def _family(name: str, planned: list[tuple[str, Callable[[float], Contrast]]]) -> list[Row]:
+def _family(name: str, planned: list[tuple[str, Callable[[float], Contrast]]], sets: MatchedSets) -> list[Row]:
     """Each planned (kind, contrast at a confidence) evaluated at the family's Bonferroni level."""
     confidence = family_confidence(len(planned), CONFIDENCE)
-    rows = [Row(name, kind, make(confidence)) for kind, make in planned]
+    rows = [Row(name, kind, make(confidence), sets) for kind, make in planned]
     return [r for r in rows if r.contrast.cells]
+
+
+def on_matched_sets(grid: Grid, factor: str, levels: list, by: str) -> tuple[Grid, MatchedSets]:
+    """The grid with only the cells of the sets that hold every (`factor` at `levels`, `by`) pair."""
+    sets = matched_sets(grid.cells, factor, levels, by)
+    return grid.restricted(sets.cells), sets
 
 
 def ln_by_layers(grid: Grid) -> list[Row]:
     if not {"post", "pre"} <= set(grid.levels("ln")) or len(grid.levels("layers")) < 2:
+        return []
+    grid, sets = on_matched_sets(grid, "ln", ["post", "pre"], "layers")
+    if len(grid.levels("layers")) < 2:
         return []
     low, high = min(grid.levels("layers")), max(grid.levels("layers"))
     planned = [
@@ -70,13 +95,14 @@ def ln_by_layers(grid: Grid) -> list[Row]:
         (SIMPLE, lambda c, n=n: grid.difference("ln", "pre", "post", c, f"pre − post at {n} layers", layers=n))
         for n in (low, high)
     ]
-    return _family("LN × layers", planned)
+    return _family(LN_BY_LAYERS, planned, sets)
 
 
 def by_encoder(grid: Grid, factor: str, level, reference, family: str) -> list[Row]:
     """`level` − `reference` of `factor` per encoder, and each encoder's against the reference encoder's."""
     if not {level, reference} <= set(grid.levels(factor)):
         return []
+    grid, sets = on_matched_sets(grid, factor, [level, reference], "encoder")
     encoders = [e for e in grid.levels("encoder") if grid.difference(factor, level, reference, encoder=e).cells]
     anchor = REFERENCES["encoder"] if REFERENCES["encoder"] in encoders else (encoders[0] if encoders else None)
     planned = [
@@ -93,7 +119,7 @@ def by_encoder(grid: Grid, factor: str, level, reference, family: str) -> list[R
         for e in encoders
         if e != anchor
     ]
-    return _family(family, planned)
+    return _family(family, planned, sets)
 
 
 def _relabel(contrast: Contrast, label: str) -> Contrast:
@@ -103,8 +129,8 @@ def _relabel(contrast: Contrast, label: str) -> Contrast:
 def interaction_rows(grid: Grid) -> list[Row]:
     return [
         *ln_by_layers(grid),
-        *by_encoder(grid, "ln", "pre", "post", "LN × encoder"),
-        *by_encoder(grid, "pretrain", PRETRAINED, "none", "pretrain × encoder"),
+        *by_encoder(grid, "ln", "pre", "post", LN_BY_ENCODER),
+        *by_encoder(grid, "pretrain", PRETRAINED, "none", PRETRAIN_BY_ENCODER),
     ]
 
 
@@ -126,6 +152,8 @@ def interactions(
             "cells": r.contrast.cells,
             "confidence": r.contrast.confidence,
             **dict(zip(("titles_low", "titles_high"), title_interval(titles, r.contrast))),
+            "matched": r.matched.text() if r.matched is not None else "",
+            "exclusion": "none",
         }
         for r in interaction_rows(grid)
     ]
@@ -161,7 +189,7 @@ def verdicts(table: pd.DataFrame) -> list[str]:
 def _sentence(family: str, row, simple: pd.DataFrame) -> str:
     """A found interaction in words, with the simple effects it compares."""
     sides = "; ".join(f"{name} {_interval(r)}" for name, r in simple.iterrows())
-    if family == "LN × layers":
+    if family == LN_BY_LAYERS:
         return (
             f"depth works differently under the two LN placements: {row.comparison} {_interval(row)}, so "
             f"'more layers' has no one answer ({sides})."

@@ -3,6 +3,7 @@ title was among it) and what it cost, in minutes per machine."""
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import pandas as pd
@@ -33,6 +34,7 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "final_loss_steps": stored.get("final_loss_steps"),
                 "token_entropy": stored.get("token_entropy"),
                 "seconds": stored.get("seconds"),
+                "stall": stored.get("stall"),  # the stall rule's checks (pretrain.stall), where recorded
                 "corpus_titles": stored.get("corpus_titles"),
                 "left_out_scored_titles": stored.get("left_out_scored_titles"),
                 "include_scored_titles": bool(stored.get("include_scored_titles")),
@@ -70,9 +72,11 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
         "",
     ]
     lines += loss_lines(frame, records)
+    lines += stall_lines(frame, records)
+    columns = stall_columns(frame)
     timed = frame.dropna(subset=["machine", "seconds"])
     if timed.empty:
-        return Section(lines)
+        return Section(lines, columns=columns)
     lines += [
         "Minutes of pretraining as recorded, one table per machine (wall clock under whatever else ran beside it):",
         "",
@@ -80,7 +84,7 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
     for name, part in timed.groupby("machine", sort=False):
         minutes = by_design(part, records, lambda rows: f"{rows['seconds'].iloc[0] / 60:.0f}")
         lines += [f"### {name}", "", *layer_table(minutes), ""]
-    return Section(lines)
+    return Section(lines, columns=columns)
 
 
 def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
@@ -121,3 +125,59 @@ def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
             "",
         ]
     return lines
+
+
+def stall_cell(rows: pd.DataFrame) -> str:
+    """An encoder's checks in one cell: each check's loss, and what the rule did there."""
+    summary = rows["stall"].iloc[0]
+    factor = summary["rule"]["lr_factor"]
+    parts = []
+    for check in summary["checks"]:
+        threshold = check["plateau"] - check["margin"]
+        if check["restarted"]:
+            done = f"restarted at lr {check['lr'] * factor:g}"
+        else:
+            done = "on the plateau" if check["loss"] > threshold else "left it"
+        parts.append(f"lr {check['lr']:g}: {check['loss']:.2f} at step {check['step']}, {done}")
+    return "; ".join(parts) or "not checked"
+
+
+def stall_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:
+    """The stall rule's check of every pretraining that records one, a cell per configuration."""
+    checked = frame[frame["stall"].map(lambda s: isinstance(s, dict))] if "stall" in frame else frame.iloc[:0]
+    if checked.empty:
+        return []
+    rules = {json.dumps(s["rule"], sort_keys=True) for s in checked["stall"]}
+    rule = checked["stall"].iloc[0]["rule"]
+    restarted = int((checked["stall"].map(lambda s: s["restarts"]) > 0).sum())
+    acts = (
+        f"restarts a pretraining whose loss is still above the entropy minus {rule['margin']:g} nats, from its "
+        f"start at the learning rate x {rule['lr_factor']:g}, at most {rule['max_restarts']} time(s)"
+        if rule["max_restarts"]
+        else "is off (pretrain.stall.max_restarts=0): the check is recorded, nothing restarts"
+    )
+    lines = [
+        f"The stall rule (pretrain.stall, fixed in the config before the jobs ran): at {rule['check_at']:g} of "
+        f"the step budget it reads the masked-LM loss (the mean over the last steps) against the entropy of the "
+        f"corpus's token frequencies, and {acts}. {restarted} of {len(checked)} pretrainings were restarted"
+        + ("" if len(rules) == 1 else f" (the records hold {len(rules)} settings of the rule)")
+        + ":",
+        "",
+        *layer_table(by_design(checked, records, stall_cell)),
+        "",
+    ]
+    return lines
+
+
+def stall_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """report.csv's columns: each configuration's restarts and the pretraining rate it ended at."""
+    checked = frame[frame["stall"].map(lambda s: isinstance(s, dict))] if "stall" in frame else frame.iloc[:0]
+    if checked.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "pretrain_restarts": checked["stall"].map(lambda s: s["restarts"]).to_numpy(),
+            "pretrain_lr": checked["stall"].map(lambda s: s["lr"]).to_numpy(),
+        },
+        index=pd.Index(checked["config_hash"], name="config_hash"),
+    )

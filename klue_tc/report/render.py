@@ -23,7 +23,10 @@ class Verdicts:
 
     judged: Mapping[str, list[Claim]]
     not_judged: list[str] = field(default_factory=list)
-    left_out: Optional[str] = None  # the configurations that did not learn, where the claims leave them out
+    left_out: Optional[str] = None  # the configurations the declared exclusion rules leave out, in a line
+    # Per metric, claim id -> the claim judged on every configuration (None: not judged there), for
+    # each verdict the declared exclusions change.
+    both_ways: Mapping[str, Mapping[str, Optional[Claim]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -177,24 +180,73 @@ def interaction_lines(table: pd.DataFrame) -> list[str]:
     def interval(row) -> str:
         return f"**{interval_text(row)}**" if row.kind == "interaction" else interval_text(row)
 
-    frame = table.assign(
-        text=table.apply(interval, axis=1),
-        what=table.apply(lambda r: f"{r.family}: {r.comparison} ({r.confidence * 100:.4g} %)", axis=1),
+    main = table[table["exclusion"] == table["exclusion"].iloc[0]]  # "declared" first where any applies
+    frame = main.assign(
+        text=main.apply(interval, axis=1),
+        what=main.apply(lambda r: f"{r.family}: {r.comparison} ({r.confidence * 100:.4g} %)", axis=1),
     )
     pivot = frame.pivot_table(index="what", columns="metric", values="text", aggfunc="first", sort=False)
     columns = [m for m in METRICS if m in pivot.columns]
-    return [
+    lines = [
         "## Interactions",
         "",
-        "Does one factor's effect depend on another? Contrasts of the grid model; within a family the "
-        "intervals are read at once, each at Bonferroni's level (shown); **bold**: the difference of "
-        "differences itself (interactions.csv).",
+        "Does one factor's effect depend on another? Contrasts of the grid model on matched sets only "
+        "(cells alike in every other factor, each set with a cell at every level of both factors, named "
+        "below), the intervals as the marginal effects': within a family they are read at once, each at "
+        "Bonferroni's level (shown); **bold**: the difference of differences itself (interactions.csv).",
         "",
         *markdown_table(pivot[columns].fillna("–"), ["contrast", *(METRICS[m] for m in columns)]),
         "",
-        *[f"- {line}" for line in interaction_verdicts(table)],
+        *matched_lines(main),
+        *[f"- {line}" for line in interaction_verdicts(main)],
         "",
     ]
+    if len(main) < len(table):
+        lines += interactions_both_ways(main, table[table["exclusion"] != main["exclusion"].iloc[0]])
+    return lines
+
+
+def matched_lines(table: pd.DataFrame) -> list[str]:
+    """Each family's matched sets, once where every metric has the same."""
+    lines = []
+    for family, part in table.groupby("family", sort=False):
+        texts = dict(zip(part["metric"], part["matched"]))
+        if len(set(texts.values())) == 1:
+            lines.append(f"- Matched sets, {family}: {next(iter(texts.values()))}.")
+        else:
+            lines += [f"- Matched sets, {family}, {METRICS[m]}: {text}." for m, text in texts.items()]
+    return lines
+
+
+def interaction_signs(part: pd.DataFrame) -> dict[str, int]:
+    """Each difference of differences' verdict: +1 / -1 where its interval lies above / below zero, else 0."""
+    rows = part[part["kind"] == "interaction"]
+    return {r.comparison: (r.low > 0) - (r.high < 0) for r in rows.itertuples()}
+
+
+def interactions_both_ways(declared: pd.DataFrame, plain: pd.DataFrame) -> list[str]:
+    """The verdicts of each family the declared exclusion changes, as read on every configuration."""
+    from klue_tc.report.interactions import verdicts as interaction_verdicts
+
+    lines = []
+    for (metric, family), part in plain.groupby(["metric", "family"], sort=False):
+        mine = declared[(declared["metric"] == metric) & (declared["family"] == family)]
+        if interaction_signs(mine) != interaction_signs(part):
+            if mine.empty:
+                lines.append(f"- with the declared exclusion, {METRICS[metric]}, {family}: no matched set")
+            lines += [f"- without the declared exclusion: {line}" for line in interaction_verdicts(part)]
+            lines += [f"  {m}" for m in matched_lines(part)]
+    return (
+        [
+            "The declared exclusion changes these verdicts; read on every configuration (interactions.csv's rows "
+            "with exclusion none):",
+            "",
+            *lines,
+            "",
+        ]
+        if lines
+        else []
+    )
 
 
 def verdict_lines(verdicts: Verdicts) -> list[str]:
@@ -208,7 +260,28 @@ def verdict_lines(verdicts: Verdicts) -> list[str]:
         lines += [f"- not judged: {'; '.join(verdicts.not_judged)}"]
     if verdicts.left_out:
         lines += [f"- {verdicts.left_out}"]
+    lines += both_ways_lines(verdicts)
     return lines
+
+
+def both_ways_lines(verdicts: Verdicts) -> list[str]:
+    """One line per metric naming each verdict the declared exclusions change, both ways."""
+    lines = []
+    for metric, changed in verdicts.both_ways.items():
+        judged = {c.id: c for c in verdicts.judged.get(metric, [])}
+        moves = [
+            f"({id}) {judged[id].verdict} {signed_or_blank(judged[id])}with the exclusion, "
+            + (f"{plain.verdict} {signed_or_blank(plain)}without" if plain is not None else "not judged without")
+            for id, plain in changed.items()
+        ]
+        lines.append(f"- {METRICS[metric]}, verdicts the declared exclusion changes: {'; '.join(moves)}")
+    return lines
+
+
+def signed_or_blank(claim: Claim) -> str:
+    from klue_tc.report.grid_model import signed
+
+    return f"({signed(claim.difference)}) " if claim.measured else ""
 
 
 def found_interactions(table: Optional[pd.DataFrame]) -> list[str]:
@@ -216,10 +289,16 @@ def found_interactions(table: Optional[pd.DataFrame]) -> list[str]:
     section words each)."""
     if table is None or table.empty:
         return []
-    found = table[(table["kind"] == "interaction") & ((table["low"] > 0) | (table["high"] < 0))]
-    names = {m: sorted(set(part["family"])) for m, part in found.groupby("metric", sort=False)}
-    text = "; ".join(f"{METRICS[m]}: {', '.join(f)}" for m, f in names.items()) or "none"
-    return [f"- interactions whose interval excludes zero: {text} (Interactions below)"]
+    lines = []
+    for exclusion, part in table.groupby("exclusion", sort=False):
+        found = part[(part["kind"] == "interaction") & ((part["low"] > 0) | (part["high"] < 0))]
+        names = {m: sorted(set(rows["family"])) for m, rows in found.groupby("metric", sort=False)}
+        text = "; ".join(f"{METRICS[m]}: {', '.join(f)}" for m, f in names.items()) or "none"
+        where = {"declared": " with the declared exclusion", "none": ""}[exclusion]
+        if table["exclusion"].nunique() > 1 and exclusion == "none":
+            where = " without it"
+        lines.append(f"- interactions whose interval excludes zero{where}: {text} (Interactions below)")
+    return lines
 
 
 def effects_lines(effects: Effects) -> list[str]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 
 from klue_tc.records import FoldResult
+from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
@@ -28,9 +29,6 @@ from klue_tc.report.sections import Section
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 from klue_tc.report.title_bootstrap import TitleBootstrap, validation_predictions
 
-if TYPE_CHECKING:
-    from klue_tc.report.evidence import LearntPart
-
 log = logging.getLogger(__name__)
 
 
@@ -38,35 +36,61 @@ def judge(
     folds: pd.DataFrame,
     metrics: list[str],
     grids: Optional[dict[str, Grid]] = None,
-    part: Optional[LearntPart] = None,
+    exclusion: Optional[Exclusion] = None,
 ) -> Verdicts:
     """The claims the records can judge, per metric, and what the others need: each claim on the
-    configurations that learnt (`part`, learnt_part(folds) where not given), but pretraining's on
-    every one (klue_tc/report/evidence.py)."""
-    from klue_tc.report.claims import judge_claims
-    from klue_tc.report.evidence import judgeable, keeps_failures, learnt_part
+    folds the declared exclusions keep (`exclusion`; none left out where not given), but a claim whose
+    factor they keep on every one (klue_tc/report/exclusions.py); where they leave any configuration
+    out, each verdict they change is kept as judged without them too."""
+    exclusion = exclusion if exclusion is not None else none_excluded(folds)
+    judged, not_judged = _judged(folds, metrics, grids or {}, exclusion)
+    both_ways = {}
+    if exclusion.left_out:
+        plain, _ = _judged(folds, metrics, grids or {}, none_excluded(folds))
+        both_ways = changed_verdicts(judged, plain)
+    return Verdicts(judged, not_judged, exclusion.line(), both_ways)
 
-    grids = grids or {}
-    part = part if part is not None else learnt_part(folds)
+
+def _judged(
+    folds: pd.DataFrame, metrics: list[str], grids: dict[str, Grid], exclusion: Exclusion
+) -> tuple[dict[str, list], list[str]]:
+    from klue_tc.report.claims import judge_claims
+    from klue_tc.report.evidence import compares_every_configuration, judgeable
+
     judged, not_judged = {}, []
     for metric in metrics:
         claims = judge_claims(folds, metric, grids.get(metric))
-        if part.left_out:
-            claims = [c for c in judge_claims(part.folds, metric) if not keeps_failures(c.id)] + [
-                c for c in claims if keeps_failures(c.id)
-            ]
-        judged[metric], not_judged = judgeable(folds, claims, part.folds)
-    return Verdicts(judged, not_judged, part.line())
+        if exclusion.left_out:
+            kept = {c.id: c for c in judge_claims(exclusion.folds, metric)}
+            claims = [c if compares_every_configuration(c.id, exclusion) else kept.get(c.id) for c in claims]
+            claims = [c for c in claims if c is not None]
+        judged[metric], not_judged = judgeable(folds, claims, exclusion)
+    return judged, not_judged
 
 
-def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Optional[Path]) -> list:
-    """The verdicts of `beside`'s records (another study), then of this grid per pretraining
-    objective: empty when there is one study with one objective only."""
+def changed_verdicts(judged: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
+    """Per metric, claim id -> the claim as judged on every configuration (None: not judged there),
+    for each claim whose verdict that changes."""
+    changed = {}
+    for metric, claims in judged.items():
+        others = {c.id: c for c in plain.get(metric, [])}
+        moved = {c.id: others.get(c.id) for c in claims if c.id not in others or others[c.id].verdict != c.verdict}
+        if moved:
+            changed[metric] = moved
+    return changed
+
+
+def studies_side_by_side(
+    folds: pd.DataFrame, metrics: list[str], beside: Optional[Path], declared: Optional[Declared] = None
+) -> list:
+    """The verdicts of `beside`'s records (another study, under the exclusion rules its runs declared),
+    then of this grid per pretraining objective (under `declared`): empty when there is one study with
+    one objective only."""
     from klue_tc.report.claims import StudyVerdicts
 
     parts = (
         [
-            (f"{level} ({'from scratch' if level == 'none' else 'pretrained'}), this grid", part)
+            (f"{level} ({'from scratch' if level == 'none' else 'pretrained'}), this grid", part, declared)
             for level, part in folds.groupby("pretrain", sort=False)
         ]
         if "pretrain" in folds
@@ -76,13 +100,16 @@ def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Option
     if beside is not None:
         other = fold_frame(beside)
         scratch = "pretrain" not in other or set(other["pretrain"]) == {"none"}
-        parts.insert(0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other))
+        parts.insert(
+            0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other, declared_exclusions(beside))
+        )
     if len(parts) < 2:
         return []
     studies = []
-    for name, part in parts:
-        found = judge(part, [m for m in metrics if m in part and part[m].notna().any()])
-        studies.append(StudyVerdicts(name, found.judged, found.not_judged))
+    for name, part, rules in parts:
+        exclusion = apply_exclusions(part, rules) if rules is not None else None
+        found = judge(part, [m for m in metrics if m in part and part[m].notna().any()], exclusion=exclusion)
+        studies.append(StudyVerdicts(name, found.judged, found.not_judged, found.both_ways))
     return studies
 
 
@@ -91,28 +118,29 @@ def effects_of(
     metrics: list[str],
     grids: Optional[dict[str, Grid]] = None,
     titles: Optional[TitleBootstrap] = None,
-    part: Optional[LearntPart] = None,
+    exclusion: Optional[Exclusion] = None,
 ) -> Effects:
-    """Each factor's marginal effects where its reference level learnt (pretraining's on every configuration,
-    the others' on those that learnt: `part`, learnt_part(folds) where not given); a phrase for each left out."""
+    """Each factor's marginal effects where its reference level learnt, on the folds the declared
+    exclusions keep (`exclusion`; none left out where not given) but for a factor they keep on every
+    one; a phrase for each left out."""
     from klue_tc.report.effects import EFFECT_COLUMNS, FACTORS, marginal_effects
-    from klue_tc.report.evidence import KEEPS_FAILURES, effects_missing, learnt_part
+    from klue_tc.report.evidence import effects_missing
 
     grids = grids or {}
-    part = part if part is not None else learnt_part(folds)
+    exclusion = exclusion if exclusion is not None else none_excluded(folds)
     table = spliced(
         folds,
-        part,
+        exclusion,
         lambda rows, every: pd.concat(
             [marginal_effects(rows, m, grid=grids.get(m) if every else None, titles=titles) for m in metrics],
             ignore_index=True,
         ),
-        lambda table: table["factor"] == KEEPS_FAILURES,
+        lambda table: table["factor"].map(exclusion.keeps).astype(bool),
     )
-    compared = {f: folds if f == KEEPS_FAILURES else part.folds for f in FACTORS}
+    compared = {f: folds if exclusion.keeps(f) else exclusion.folds for f in FACTORS}
     left_out = {f: why for f in FACTORS if f in set(table["factor"]) and (why := effects_missing(compared[f], f))}
     table = table[~table["factor"].isin(list(left_out))].reset_index(drop=True)
-    notes = [*left_out.values(), *([part.line()] if part.left_out else [])]
+    notes = [*left_out.values(), *([exclusion.line()] if exclusion.line() else [])]
     return Effects(table if len(table) else pd.DataFrame(columns=EFFECT_COLUMNS), notes)
 
 
@@ -121,35 +149,42 @@ def interactions_of(
     metrics: list[str],
     grids: dict[str, Grid],
     titles: Optional[TitleBootstrap],
-    part: Optional[LearntPart] = None,
+    exclusion: Optional[Exclusion] = None,
 ) -> pd.DataFrame:
-    """Every interaction family per metric: pretraining's on every configuration, the others on the
-    configurations that learnt (`part`, learnt_part(folds) where not given; klue_tc/report/evidence.py)."""
-    from klue_tc.report.evidence import KEEPS_FAILURES, learnt_part
+    """Every interaction family per metric, on the folds the declared exclusions keep (`exclusion`)
+    but for a family whose factors they keep; where they leave any configuration out, the rows on
+    every configuration follow (exclusion "none"), so that each verdict can be read both ways."""
+    from klue_tc.report.interactions import FAMILY_FACTORS
 
-    return spliced(
-        folds,
-        part if part is not None else learnt_part(folds),
-        lambda rows, every: pd.concat(
-            [interactions(rows, m, grids[m] if every else None, titles) for m in metrics], ignore_index=True
-        ),
-        lambda table: table["family"].str.startswith(KEEPS_FAILURES),
-    )
+    exclusion = exclusion if exclusion is not None else none_excluded(folds)
+
+    def compute(rows: pd.DataFrame, every: bool) -> pd.DataFrame:
+        return pd.concat(
+            [interactions(rows, m, grids.get(m) if every else None, titles) for m in metrics], ignore_index=True
+        )
+
+    def keeps(table: pd.DataFrame) -> pd.Series:
+        return table["family"].map(lambda f: any(exclusion.keeps(x) for x in FAMILY_FACTORS[f])).astype(bool)
+
+    table = spliced(folds, exclusion, compute, keeps)
+    if not exclusion.left_out:
+        return table
+    return pd.concat([table.assign(exclusion="declared"), compute(folds, True)], ignore_index=True)
 
 
 def spliced(
     folds: pd.DataFrame,
-    part: LearntPart,
+    exclusion: Exclusion,
     compute: Callable[[pd.DataFrame, bool], pd.DataFrame],
-    pretraining_rows: Callable[[pd.DataFrame], pd.Series],
+    keeps_every: Callable[[pd.DataFrame], pd.Series],
 ) -> pd.DataFrame:
-    """`compute(folds, True)`'s pretraining rows beside `compute(learnt folds, False)`'s others,
-    where some configurations did not learn (klue_tc/report/evidence.py); else `compute(folds, True)`."""
+    """`compute(folds, True)`'s rows that `keeps_every` marks beside `compute(kept folds, False)`'s
+    others, where the declared exclusions leave configurations out; else `compute(folds, True)`."""
     table = compute(folds, True)
-    if not part.left_out:
+    if not exclusion.left_out:
         return table
-    learnt = compute(part.folds, False)
-    return pd.concat([learnt[~pretraining_rows(learnt)], table[pretraining_rows(table)]], ignore_index=True)
+    kept = compute(exclusion.folds, False)
+    return pd.concat([kept[~keeps_every(kept)], table[keeps_every(table)]], ignore_index=True)
 
 
 def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directory: Path) -> list[Path]:
@@ -232,7 +267,6 @@ def write_report(
     take WandbConfig's defaults. `beside`: another study's records, whose verdicts claims.md shows
     beside this one's."""
     from klue_tc.report.claims import claims_markdown
-    from klue_tc.report.evidence import learnt_part
 
     directory = Path(directory)
     folds = fold_frame(directory)
@@ -249,19 +283,21 @@ def write_report(
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     grids = {m: Grid(folds, m) for m in metrics}
-    part = learnt_part(folds)  # one verdict per configuration, shared by every comparison below
-    effects = effects_of(folds, metrics, grids, titles, part)
-    verdicts = judge(folds, metrics, grids, part)
-    interplay = interactions_of(folds, metrics, grids, titles, part)
+    declared = declared_exclusions(directory)  # the rules the runs declared before they ran: none by default
+    exclusion = apply_exclusions(folds, declared)  # shared by every comparison below
+    effects = effects_of(folds, metrics, grids, titles, exclusion)
+    verdicts = judge(folds, metrics, grids, exclusion)
+    interplay = interactions_of(folds, metrics, grids, titles, exclusion)
     effects.table.to_csv(directory / "effects.csv", index=False)
     interplay.to_csv(directory / "interactions.csv", index=False)
     (directory / "claims.md").write_text(
         claims_markdown(
             verdicts.judged,
             verdicts.not_judged,
-            studies_side_by_side(folds, metrics, beside),
+            studies_side_by_side(folds, metrics, beside, declared),
             report_command(directory, baseline, beside),
             left_out=verdicts.left_out,
+            both_ways=verdicts.both_ways,
         ),
         encoding="utf-8",
     )
