@@ -8,6 +8,7 @@ import pytest
 
 from conftest import EXPERIMENTS, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_python
+from klue_tc.data import LABEL_NAMES
 from klue_tc.registry import ENCODERS
 
 
@@ -80,11 +81,12 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
 
 def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     bad = tmp_path / "bad.tsv"
-    bad.write_text("label\ttext\n스포츠\t손흥민 골\n정치\t국회 본회의\n과학\t반도체 호황\n", encoding="utf-8")
+    ynat = "".join(f"{name}\t제목\n" for name in LABEL_NAMES)  # YNAT data: all seven, then a misspelt one
+    bad.write_text(f"label\ttext\n{ynat}과학\t반도체 호황\n", encoding="utf-8")
     done = run_cli([f"data.path={bad}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: {bad}: line 4: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
+        f"error: {bad}: line 9: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
         "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치 (data.labels=[...] names a label set of your own)"
     ]
     assert not (tmp_path / "run").exists()  # a rejected start leaves no run folder
@@ -201,7 +203,8 @@ def test_a_bad_file_or_a_missing_kobert_model_fails_before_lightning_loads(tmp_p
     """Start-up errors come in seconds: the job loads the data and finds KoBERT's model before it
     imports Lightning (torch's nn comes with the encoder registry, which types the config)."""
     bad, good = tmp_path / "bad.tsv", write_tsv(tmp_path / "good.tsv", make_headlines(per_class=5))
-    bad.write_text("label\ttext\n스포츠\t손흥민 골\n과학\t반도체 호황\n", encoding="utf-8")
+    ynat = "".join(f"{name}\t제목\n" for name in LABEL_NAMES)  # YNAT data: all seven, then a misspelt one
+    bad.write_text(f"label\ttext\n{ynat}과학\t반도체 호황\n", encoding="utf-8")
     args = [a.format(bad=bad, good=good) for a in extra] + ["logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     probe = (
         "import runpy, sys\n"
