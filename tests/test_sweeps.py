@@ -178,6 +178,7 @@ def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
     assert (slurm.gpus_per_node, slurm.timeout_min, slurm.array_parallelism) == (1, 120, 64)
 
 
+@pytest.mark.slow  # a multirun of 8 jobs and the report in a process of its own: half a minute on 2 busy cores
 def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
     """Records already in <sweep>/results (as a killed sweep leaves them): nothing is trained again."""
     sweep_dir = tmp_path / "sweep"
