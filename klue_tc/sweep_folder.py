@@ -9,7 +9,6 @@ The name is taken once, as the sweep starts (a Hydra callback), and handed to ev
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from dataclasses import fields, is_dataclass
 from typing import Any, Iterable
@@ -19,8 +18,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from klue_tc.config import RunConfig, in_results_key
-
-log = logging.getLogger(__name__)
 
 # A value shown as it is in a folder name; any other (a path, a list, several choices) as a hash.
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]{1,24}")
@@ -86,4 +83,4 @@ class SweepFolderCallback(Callback):
             hydra.sweep.dir = folder
             # Each job's config is composed again from these overrides (its own appended).
             hydra.overrides.hydra.append(f"hydra.sweep.dir='{folder}'")
-        log.info("the command line changes %s: this sweep's folder is %s", name, folder)
+        print(f"sweep folder: {folder} (the command line sets {name})", flush=True)
