@@ -6,8 +6,9 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 # the wheel index for torch alone, e.g. https://download.pytorch.org/whl/cu124 for a CUDA build
 TORCH_INDEX ?=
-# the sweep files: sweeps/<name>.yaml; `make sweep` asks for one by name (paper is 600 full-size jobs)
-SWEEPS := $(sort $(basename $(notdir $(wildcard sweeps/*.yaml))))
+# the sweep files: sweeps/<name>.yaml; `make sweep` asks for one by name (paper is 600 full-size jobs);
+# sweeps/_*.yaml are what sweep files share, not sweeps
+SWEEPS := $(sort $(basename $(notdir $(filter-out sweeps/_%,$(wildcard sweeps/*.yaml)))))
 SWEEP  ?=
 ARGS   ?=
 DIR    ?=
@@ -46,7 +47,7 @@ sweep: sweep-named install  ## run sweeps/$(SWEEP).yaml, SWEEP named (resumes: f
 
 sweep-named:
 	@test -n "$(SWEEP)" || { echo "make sweep needs SWEEP=<name>, one of: $(SWEEPS) (sweeps/*.yaml; smoke: 8 tiny jobs, paper: 600 full-size ones)"; exit 2; }
-	@test -f sweeps/$(SWEEP).yaml || { echo "no sweep $(SWEEP): SWEEP is one of $(SWEEPS)"; exit 2; }
+	@test -n "$(filter $(SWEEP),$(SWEEPS))" || { echo "no sweep $(SWEEP): SWEEP is one of $(SWEEPS)"; exit 2; }
 
 report: install  ## F1 comparison table for DIR (a run or sweep directory)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=outputs/sweeps/paper"; exit 2; }

@@ -143,7 +143,7 @@ def _prepare(run, spec: dict):
     full = read_labelled_file(spec["data"])
     train_idx, held_idx = reference_split(full.labels, spec["limit"])
     order = np.concatenate([train_idx, held_idx])
-    data = LabelledTitles([full.texts[i] for i in order], full.labels[order], full.source)
+    data = LabelledTitles([full.texts[i] for i in order], full.labels[order], full.source, full.label_names)
     n_train = len(train_idx)
     cache = TokenizerCache(spec["cache_dir"])
     return data, prepare_fold(run, data, np.arange(n_train), np.arange(n_train, len(order)), cache)
@@ -158,7 +158,6 @@ def _token_id(tokenizer) -> int:
 def finetune_worker(run, data, prepared, spec: dict, job_start: float) -> dict:
     import torch
 
-    from klue_tc.data import NUM_CLASSES
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import standalone_job
     from klue_tc.models import build_classifier
@@ -177,7 +176,7 @@ def finetune_worker(run, data, prepared, spec: dict, job_start: float) -> dict:
     import resource
 
     tokenizer = prepared.tokenizer
-    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
+    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, data.num_classes)
     step_flops = classifier_step_flops(classifier, timer.widths, _token_id(tokenizer))
     return {
         "kind": "finetune",

@@ -339,15 +339,16 @@ def _as_id(value) -> int | None:
 
 
 def infer_label_names(column: pd.Series) -> tuple[str, ...]:
-    """The label set a column holds: names alone, none of them YNAT's, sorted; ids alone that are
-    every id 0..N-1 (and not YNAT's 0-6), named by their digits; anything else YNAT's seven, which
-    then names the labels outside it (a typo in a YNAT file is an error, not a new class)."""
+    """The label set a column holds: names alone, sorted, whatever they are, unless they hold all
+    seven of YNAT's (YNAT data); ids alone that are every id 0..N-1 (and not YNAT's 0-6), named by
+    their digits; anything else YNAT's seven, which then names the labels outside it (a typo in a
+    YNAT file is an error, not an eighth class)."""
     # Missing and empty labels are left to the per-row check, which names their line.
     values = [v for v in column.unique() if v is not None and not (isinstance(v, float) and np.isnan(v))]
     values = [v for v in values if str(v).strip()]
     ids = {_as_id(v) for v in values}
     names = {str(v).strip() for v in values if _as_id(v) is None}
-    if names and ids == {None} and not names & set(LABEL_NAMES):
+    if names and ids == {None} and not set(LABEL_NAMES) <= names:
         return tuple(sorted(names))
     if not names and ids and ids == set(range(max(ids) + 1)) and len(ids) != NUM_CLASSES:
         return tuple(str(i) for i in range(max(ids) + 1))

@@ -30,6 +30,7 @@ from klue_tc.masking import never_hidden
 from klue_tc.module import TopicClassifierModule
 from klue_tc.pretraining import TOKENIZER_DIR, WEIGHTS_FILE, PretrainedEncoder
 from klue_tc.records import FoldResult
+from klue_tc.results import ResultsStore
 from klue_tc.tokenizers import Tokenizer, load_tokenizer
 from klue_tc.training import new_module
 
@@ -87,7 +88,7 @@ def load_fold(path: Path) -> Fold:
     encoder's when the fold's folder is gone) and the pretrained encoder it started from."""
     if not path.is_file():
         raise ResourceError(f"{path}: no such fold record (a results store's <config hash>/fold<k>.json)")
-    record = FoldResult.load(path).resolved_against(path.parent)
+    record = ResultsStore.load(path)
     config = path.parent / "config.yaml"
     if not config.is_file():
         raise ResourceError(f"{config}: the config saved beside the record is missing")

@@ -56,7 +56,9 @@ class Lookup:
 
 class ResultsStore:
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        # Absolute: a record names its model files relative to its own folder, which only an
+        # absolute path can be made relative to (`results.dir` is relative by default).
+        self.root = Path(root).expanduser().absolute()
 
     def _path(self, key: str, fold: int) -> Path:
         return self.root / key / f"fold{fold}.json"
@@ -79,17 +81,19 @@ class ResultsStore:
         if not path.is_file():
             return None
         try:
-            return self._load(path)
+            return self.load(path)
         except (OSError, ValueError, TypeError, KeyError) as err:
             log.warning("damaged results record %s (%s); the fold trains again", path, type(err).__name__)
             path.replace(path.with_suffix(".damaged"))
             return None
 
-    def _load(self, path: Path) -> FoldResult:
-        """The record with its predictions where they were saved (older records have none)."""
-        record = FoldResult.load(path).resolved_against(path.parent)
-        record.predictions = FoldPredictions.read(self.predictions_path(path)) or FoldPredictions.read(
-            self.predicted_classes_path(path)
+    @classmethod
+    def load(cls, path: Path) -> FoldResult:
+        """The record at `path` with its model files and its predictions where they were saved
+        (older records have none)."""
+        record = in_model_folder(FoldResult.load(path).resolved_against(path.parent), path)
+        record.predictions = FoldPredictions.read(cls.predictions_path(path)) or FoldPredictions.read(
+            cls.predicted_classes_path(path)
         )
         return record
 
@@ -115,7 +119,7 @@ class ResultsStore:
         what produced its numbers (the report reads it)."""
         path = self._path(key, fold)
         if record.checkpoint and Path(record.checkpoint).is_file() and Path(record.tokenizer_dir).is_dir():
-            model_dir = path.with_suffix("")
+            model_dir = model_folder(path)
             model_dir.mkdir(parents=True, exist_ok=True)
             checkpoint = model_dir / Path(record.checkpoint).name
             if Path(record.checkpoint).resolve() != checkpoint.resolve():
@@ -154,7 +158,25 @@ class ResultsStore:
         found = []
         for path in sorted(self.root.glob("*/fold*.json")):
             try:
-                found.append(self._load(path))
+                found.append(self.load(path))
             except (OSError, ValueError, TypeError, KeyError) as err:
                 log.warning("damaged results record %s skipped (%s)", path, type(err).__name__)
         return found
+
+
+def model_folder(record_path: Path) -> Path:
+    """Where the store keeps a record's checkpoint and tokenizer: fold<k>/ beside fold<k>.json."""
+    return record_path.with_suffix("")
+
+
+def in_model_folder(record: FoldResult, record_path: Path) -> FoldResult:
+    """The record with its model files read from the store's model folder where the paths it names
+    lead nowhere: records written under a relative `results.dir` named them from the working folder,
+    so that read from the record's folder they were doubled (outputs/results/<key>/outputs/results/...)."""
+    folder = model_folder(record_path)
+    checkpoint, tokenizer_dir = record.checkpoint, record.tokenizer_dir
+    if checkpoint and not Path(checkpoint).is_file() and (folder / Path(checkpoint).name).is_file():
+        checkpoint = str(folder / Path(checkpoint).name)
+    if tokenizer_dir and not Path(tokenizer_dir).is_dir() and (folder / "tokenizer").is_dir():
+        tokenizer_dir = str(folder / "tokenizer")
+    return replace(record, checkpoint=checkpoint, tokenizer_dir=tokenizer_dir)

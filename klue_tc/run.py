@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from klue_tc import interrupts
 from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
 from klue_tc.corpus import gather_sources
-from klue_tc.data import stratified_folds
+from klue_tc.data import LABEL_NAMES, stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.job_context import FirstStepClock, JobContext
@@ -77,7 +77,9 @@ def start_job(cfg: DictConfig) -> JobContext:
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
     store = ResultsStore(results_root(run))
     inputs = check_inputs(run, run_dir, store.root)
-    log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
+    names = inputs.train.label_names
+    labels = "" if names == LABEL_NAMES else f"; {len(names)} labels: {', '.join(names)}"
+    log.info("training data: %d titles from %s%s", len(inputs.train), inputs.train.source, labels)
     sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
     return resolve_job(run, resolved, run_dir, inputs, store, clock, sources)
 

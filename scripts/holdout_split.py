@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from klue_tc.data import LABEL_NAMES, read_labelled_file, stratified_holdout
+from klue_tc.data import read_labelled_file, stratified_holdout
 from klue_tc.errors import KlueTcError, exit_with
 
 
@@ -24,7 +24,7 @@ def main() -> None:
         data = read_labelled_file(args.train)
     except KlueTcError as err:
         exit_with(err)
-    frame = pd.DataFrame({"label": [LABEL_NAMES[i] for i in data.labels], "text": data.texts})
+    frame = pd.DataFrame({"label": [data.label_names[i] for i in data.labels], "text": data.texts})
     kept, held = (frame.iloc[part] for part in stratified_holdout(data.labels, args.held_out, args.seed))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     percent = round(100 * args.held_out)

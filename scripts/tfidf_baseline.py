@@ -58,7 +58,8 @@ def main() -> None:
     baseline = BASELINES[args.baseline]
     try:  # a bad run directory or file fails before the baseline trains
         run_records = fold_records(args.run) if args.run else None
-        data, validation = read_labelled_file(args.train), read_labelled_file(args.validation)
+        data = read_labelled_file(args.train)
+        validation = read_labelled_file(args.validation, label_names=data.label_names)
     except KlueTcError as err:
         exit_with(err)
     train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from conftest import REPO
 from klue_tc.config import register_schemas
@@ -42,3 +42,26 @@ def run_python(args: list[str], cwd: Path | None = None, timeout: int = 300) -> 
 
 def run_cli(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     return run_python(["-m", "klue_tc", *args], cwd=cwd, timeout=timeout)
+
+
+def run_sweep_job_in_process(sweep: str, overrides: list[str]) -> Path:
+    """One job of sweeps/<sweep>.yaml as `make sweep` runs it: its folder and its store under the
+    sweep file's own (relative) sweep dir; the job's run directory is returned."""
+    from hydra.types import RunMode
+
+    from klue_tc.run import run_job
+    from klue_tc.sweeps import compose_sweep
+
+    cfg = compose_sweep(sweep, overrides, hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+        cfg.hydra.runtime.output_dir = ""
+    HydraConfig.instance().set_config(cfg)  # the job folder's name reads the choices made
+    run_dir = (Path(cfg.hydra.sweep.dir) / cfg.hydra.sweep.subdir).absolute()
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    HydraConfig.instance().set_config(cfg)
+    run_job(cfg)
+    return run_dir

@@ -1,13 +1,15 @@
 """The main job as a user runs it: one process, W&B offline, metrics.json, reruns, errors."""
 
 import json
+import logging
 import re
 from pathlib import Path
 
 import pytest
 
 from conftest import EXPERIMENTS, TINY_MODEL, make_headlines, write_tsv
-from jobs import compose_job, run_cli, run_python
+from jobs import compose_job, run_cli, run_in_process, run_python
+from klue_tc.data import LABEL_NAMES
 from klue_tc.registry import ENCODERS
 
 
@@ -21,7 +23,8 @@ def by_fold(payloads: list[bytes], folds: int) -> dict[int, list[bytes]]:
     return {fold: [p for p in payloads if f"fold{fold}".encode() in p] for fold in range(folds)}
 
 
-def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, tiny_tsv):
+def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, tiny_tsv, capsys, caplog):
+    """In-process, as `python -m klue_tc` runs it (the command line's own errors are tested below)."""
     validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=4, seed=7))
     run_dir = tmp_path / "run"
     common = [
@@ -34,15 +37,17 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
         f"results.dir={tmp_path / 'results'}",
         *TINY_MODEL,
     ]
-    done = run_cli([*common, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        run_in_process(common, run_dir)
+    out = capsys.readouterr().out
+    assert "epoch 1/2" in caplog.text and "wandb sync" in caplog.text
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [f["fold"] for f in metrics["folds"]] == [0, 1]
     assert {"validation_f1", "validation_accuracy", "validation_per_class_f1", "cv_f1_std"} <= metrics.keys()
     assert (run_dir / "confusion_matrix.png").stat().st_size > 1000
     assert (run_dir / "config.yaml").read_text().count("experiment: transformer") == 1
-    last_line = done.stdout.strip().splitlines()[-1]
+    last_line = out.strip().splitlines()[-1]
     assert re.fullmatch(
         r"transformer: CV macro-F1 \d\.\d{4} ± \d\.\d{4} over 2 fold\(s\); validation macro-F1 \d\.\d{4} .*", last_line
     )
@@ -62,16 +67,17 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
         assert b"val/f1" in fold_payloads[0] and b"cv/f1_mean" not in fold_payloads[0]
     assert b"cv/f1_mean" in aggregate[0] and b"validation/confusion_matrix" in aggregate[0]
     assert b"validation/per_class_f1" in aggregate[0]
-    assert "wandb sync" in done.stdout + done.stderr
 
     # Rerunning the same command trains nothing: both folds come from the results store.
     rerun_dir = tmp_path / "rerun"
-    again = run_cli([*common, f"hydra.run.dir={rerun_dir}", "logger=none"], cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("already finished") == 2 and "epoch 1/2" not in again.stdout
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        run_in_process([*common, "logger=none"], rerun_dir)
+    again = capsys.readouterr()
+    assert caplog.text.count("already finished") == 2 and "epoch 1/2" not in caplog.text
     rerun = json.loads((rerun_dir / "metrics.json").read_text())
     assert rerun["cv_f1_mean"] == metrics["cv_f1_mean"] and rerun["validation_f1"] == metrics["validation_f1"]
-    assert "2 fold(s) reused, finished from" in again.stdout.strip().splitlines()[-1]
+    assert "2 fold(s) reused, finished from" in again.out.strip().splitlines()[-1]
     # The rerun's directory holds the files its metrics.json names, though another run trained them.
     for fold in rerun["folds"]:
         assert not Path(fold["checkpoint"]).is_absolute() and (rerun_dir / fold["checkpoint"]).is_file()
@@ -80,11 +86,12 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
 
 def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     bad = tmp_path / "bad.tsv"
-    bad.write_text("label\ttext\n스포츠\t손흥민 골\n정치\t국회 본회의\n과학\t반도체 호황\n", encoding="utf-8")
+    ynat = "".join(f"{name}\t제목\n" for name in LABEL_NAMES)  # YNAT data: all seven, then a misspelt one
+    bad.write_text(f"label\ttext\n{ynat}과학\t반도체 호황\n", encoding="utf-8")
     done = run_cli([f"data.path={bad}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: {bad}: line 4: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
+        f"error: {bad}: line 9: unknown label '과학' in column 'label'; expected an id 0-6 or one of "
         "IT과학, 경제, 사회, 생활문화, 세계, 스포츠, 정치 (data.labels=[...] names a label set of your own)"
     ]
     assert not (tmp_path / "run").exists()  # a rejected start leaves no run folder
@@ -201,7 +208,8 @@ def test_a_bad_file_or_a_missing_kobert_model_fails_before_lightning_loads(tmp_p
     """Start-up errors come in seconds: the job loads the data and finds KoBERT's model before it
     imports Lightning (torch's nn comes with the encoder registry, which types the config)."""
     bad, good = tmp_path / "bad.tsv", write_tsv(tmp_path / "good.tsv", make_headlines(per_class=5))
-    bad.write_text("label\ttext\n스포츠\t손흥민 골\n과학\t반도체 호황\n", encoding="utf-8")
+    ynat = "".join(f"{name}\t제목\n" for name in LABEL_NAMES)  # YNAT data: all seven, then a misspelt one
+    bad.write_text(f"label\ttext\n{ynat}과학\t반도체 호황\n", encoding="utf-8")
     args = [a.format(bad=bad, good=good) for a in extra] + ["logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     probe = (
         "import runpy, sys\n"

@@ -59,7 +59,8 @@ def test_json_records_are_named_by_their_position(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        ("label\ttext\n스포츠\t손흥민 골\n정치\t국회\n과학\t반도체\n", "line 4: unknown label '과학'"),
+        # YNAT data (all seven names) with a misspelt label: an error, not an eighth class
+        ("label\ttext\n" + "".join(f"{n}\t제목\n" for n in LABEL_NAMES) + "과학\t반도체\n", "line 9: unknown label"),
         ("label\ttext\n7\t손흥민 골\n", "line 2: unknown label '7'"),
         ("label\ttext\n정치\t  \n스포츠\t\u200b\n", "every title is empty"),
         ("label\ttext\n스포츠\t손흥민\t골\n", "line 2: 3 field(s), expected 2 (label, text); a title that holds a tab"),
@@ -270,7 +271,7 @@ def test_empty_titles_are_dropped_and_counted_symbol_titles_kept(tmp_path, caplo
     )
     data = read_labelled_file(path)
     assert data.texts == ["손흥민 골", "⚽🔥", "?!...", "야구"]
-    assert data.labels.tolist() == [5, 5, 6, 5]
+    assert [data.label_names[i] for i in data.labels] == ["스포츠", "스포츠", "정치", "스포츠"]
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert said == [
         f"{path}: 2 row(s) with an empty title (column 'text') dropped, first at line 3",

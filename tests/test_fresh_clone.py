@@ -17,7 +17,7 @@ from conftest import REPO
 from jobs import compose_job, run_cli, run_python
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
-SWEEP_FILES = sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml"))
+SWEEP_FILES = sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml") if not p.stem.startswith("_"))  # _base: shared
 # A tiny job: appended to the README's commands so that running them takes seconds.
 TINY = [
     "data.limit=140",
@@ -139,10 +139,22 @@ def test_help_lists_the_launchers():
 def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
     shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert f"SWEEP={'|'.join(SWEEP_FILES)}" in shown.stdout
-    plain = subprocess.run(["make", "sweep", "SWEEP="], cwd=REPO, capture_output=True, text=True, timeout=60)
+    # Without make's "Entering directory" lines, which a `make test` (a nested make) would print.
+    plain = subprocess.run(
+        ["make", "--no-print-directory", "sweep", "SWEEP="], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert plain.returncode != 0
-    assert f"make sweep needs SWEEP=<name>, one of: {' '.join(SWEEP_FILES)}" in plain.stdout
-    assert "klue_tc" not in plain.stdout.replace("sweeps/*.yaml", "")  # nothing was started
+    [line] = plain.stdout.splitlines()  # the one line, and no recipe of install or the sweep echoed
+    assert line.startswith(f"make sweep needs SWEEP=<name>, one of: {' '.join(SWEEP_FILES)} ")
+    assert "-m klue_tc" not in plain.stderr
+
+    # The base every sweep file shares is no sweep: not offered, and refused naming the sweeps.
+    assert "_base" not in shown.stdout
+    base = subprocess.run(
+        ["make", "--no-print-directory", "sweep", "SWEEP=_base"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert base.returncode != 0
+    assert base.stdout.splitlines() == [f"no sweep _base: SWEEP is one of {' '.join(SWEEP_FILES)}"]
 
 
 def test_predict_reads_titles_from_standard_input(monkeypatch):

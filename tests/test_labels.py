@@ -43,7 +43,8 @@ def sentiment_csv(path, per_class: int = 24, seed: int = 0, as_ids: bool = False
         (["긍정", "부정", "중립", "긍정"], ("긍정", "부정", "중립")),
         ([0, 1, 2, 1], ("0", "1", "2")),
         (["0", "2", "1"], ("0", "1", "2")),
-        (["스포츠", "정치"], LABEL_NAMES),  # YNAT names, some classes absent: still YNAT's seven
+        (["스포츠", "정치"], ("스포츠", "정치")),  # YNAT names, not all seven: the file's own two
+        (list(reversed(LABEL_NAMES)), LABEL_NAMES),  # all seven: YNAT data
         ([str(i) for i in range(7)], LABEL_NAMES),
         (["스포츠", "3", "6"], LABEL_NAMES),
     ],
@@ -81,6 +82,27 @@ def test_ynat_files_keep_ynat_names_and_fingerprint(tmp_path):
     by_id = read_labelled_file(write_tsv(tmp_path / "ids.tsv", headlines, label_as_id=True))
     assert by_name.label_names == by_id.label_names == LABEL_NAMES
     assert by_name.fingerprint() == by_id.fingerprint()
+
+
+def test_a_file_of_three_ynat_names_trains_a_three_class_model(tmp_path, monkeypatch, caplog):
+    three = ["IT과학", "스포츠", "정치"]
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10, labels=three))
+    validation = write_tsv(tmp_path / "valid.tsv", make_headlines(per_class=4, seed=1, labels=three))
+    job = [f"data.path={train}", f"data.validation_path={validation}", "cv.folds=2", "cv.fold=0"]
+    job += ["trainer.max_epochs=1", "logger=none", f"results.dir={tmp_path / 'results'}", *TINY_MODEL]
+    with caplog.at_level("INFO", logger="klue_tc.run"):
+        run_in_process(job, tmp_path / "run")
+    assert f"{train}; 3 labels: IT과학, 스포츠, 정치" in caplog.text
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["label_names"] == three and list(metrics["validation_per_class_f1"]) == three
+    assert len(metrics["validation_confusion_matrix"]) == 3
+
+
+def test_a_ynat_file_with_a_misspelt_label_names_its_line(tmp_path):
+    rows = make_headlines(per_class=2)
+    path = write_tsv(tmp_path / "ynat.tsv", [*rows, ("과학", "반도체 신제품 공개")])
+    with pytest.raises(DataError, match=f"line {len(rows) + 2}: unknown label '과학' in column 'label'"):
+        read_labelled_file(path)
 
 
 def test_a_label_outside_the_set_names_file_line_and_the_valid_labels(tmp_path):

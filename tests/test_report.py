@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -446,3 +447,37 @@ def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "3 configurations share a table cell" in markdown
     assert "the trial Optuna named best (optimization_results.yaml: best value 0.0513)" in markdown
+
+
+def test_records_of_different_settings_are_one_line_naming_them_not_one_table(tmp_path: Path, capsys):
+    """A sweep re-run with other ARGS beside the first one's records: the table would set a 500-title
+    epoch beside 3,000 titles and 3 epochs, so the report names what differs and stops."""
+    from klue_tc.records import RunResult
+    from klue_tc.report.cli import main
+    from klue_tc.report.settings import MixedSettingsError
+    from klue_tc.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    settings = {"plain": (500, 1), "args": (3000, 3)}
+    for name, (limit, epochs) in settings.items():
+        for layers in (2, 3):  # an axis: the layers may differ within one setting
+            key = f"{name}-{layers}"
+            run = RunResult.from_dict(metrics("sentencepiece", "transformer", "post", layers, [(0, 0.5)], key=key))
+            config = {"data": {"limit": limit}, "cv": {"folds": 2}, "trainer": {"max_epochs": epochs}}
+            config["encoder"] = {"layers": layers}
+            for record in run.folds:
+                record.describe, record.config_hash = run.describe, key
+                store.put(key, record.fold, record, config)
+
+    assert main([str(tmp_path), "--no-baseline"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path}: its records were made with different settings (data.limit 3000 / 500; "
+        "trainer.max_epochs 1 / 3), which one table cannot compare; report on a folder of one setting (a "
+        "sweep re-run with other ARGS has its own: outputs/sweeps/<sweep>+<settings>)"
+    )
+    assert not (tmp_path / "report.md").exists()
+    with pytest.raises(MixedSettingsError, match="data.limit 3000 / 500"):
+        write_report(tmp_path, baseline=False)
+    for key in ("args-2", "args-3"):  # one setting alone: its two layer counts make one table
+        shutil.rmtree(store.root / key)
+    assert sorted(write_report(tmp_path, baseline=False)["layers"]) == [2, 3]

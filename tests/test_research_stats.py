@@ -88,7 +88,11 @@ def test_macro_f1_by_quantile_scores_each_model_on_each_slice_of_the_ordered_tit
     assert all(a["high"] <= b["low"] for a, b in zip(rows, rows[1:]))
 
 
-@pytest.mark.parametrize("option", ["", "--untuned", "--baseline=nbsvm"])
+# The tuned TF-IDF in the fast tests; its variants, over 10 s each on 2 busy cores, in the slow ones.
+@pytest.mark.parametrize(
+    "option",
+    ["", pytest.param("--untuned", marks=pytest.mark.slow), pytest.param("--baseline=nbsvm", marks=pytest.mark.slow)],
+)
 def test_tfidf_baseline_script_scores_the_fold_and_the_validation_file(tmp_path, option):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=8, seed=1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,6 +178,7 @@ def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
     assert (slurm.gpus_per_node, slurm.timeout_min, slurm.array_parallelism) == (1, 120, 64)
 
 
+@pytest.mark.slow  # a multirun of 8 jobs and the report in a process of its own: half a minute on 2 busy cores
 def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
     """Records already in <sweep>/results (as a killed sweep leaves them): nothing is trained again."""
     sweep_dir = tmp_path / "sweep"
@@ -217,6 +219,34 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
         assert row.f1_mean == pytest.approx(sum(expected[row.encoder, row.layers]) / 2)
 
 
+def sweep_folder(name: str, args: list[str]) -> str:
+    """The folder `make sweep SWEEP=name ARGS=...` writes into, and the one each of its jobs is
+    composed with (from the overrides Hydra hands the jobs, their own appended)."""
+    from klue_tc.sweep_folder import SweepFolderCallback
+
+    cfg = compose_sweep(name, args, hydra_config=True)
+    SweepFolderCallback().on_multirun_start(cfg)
+    given = {arg.split("=", 1)[0] for arg in args}  # an axis given one value is that job's own
+    axes = [axis for axis in sweep_jobs(name)[0] if axis.split("=", 1)[0] not in given]
+    job = compose_sweep(name, [*cfg.hydra.overrides.hydra, *args, *axes], hydra_config=True)
+    assert job.hydra.sweep.dir == cfg.hydra.sweep.dir
+    return cfg.hydra.sweep.dir
+
+
+def test_a_sweep_rerun_with_other_settings_has_a_folder_of_its_own():
+    assert sweep_folder("smoke", []) == "outputs/sweeps/smoke"
+    # Where the data are, what is logged, how it is launched and the axes' own values: the same jobs.
+    same = ["data.path=../data/train.tsv", "logger=none", "hydra/launcher=parallel", "results.resume=false"]
+    assert sweep_folder("smoke", [*same, "+experiment=transformer", "cv.fold=0"]) == "outputs/sweeps/smoke"
+    assert (
+        sweep_folder("smoke", ["trainer.max_epochs=3", "data.limit=3000", *same])
+        == "outputs/sweeps/smoke+data.limit=3000,trainer.max_epochs=3"
+    )
+    other = sweep_folder("smoke", ["data.labels=[a,b]", "recipe=regularized"])
+    assert re.fullmatch(r"outputs/sweeps/smoke\+data\.labels=[0-9a-f]{8},recipe=regularized", other), other
+    assert sweep_folder("smoke", ["data.limit=3000", "hydra.sweep.dir=/tmp/mine"]) == "/tmp/mine"  # as given
+
+
 # --- slow: real sweeps --------------------------------------------------------------------------
 
 
@@ -246,6 +276,24 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
         sweep_runs = list(sweep_dir.glob("wandb/offline-run-*"))
         report_runs = [r for r in sweep_runs if list(r.rglob("f1_table*.table.json"))]
         assert len(report_runs) == 1 and len(sweep_runs) == 1 + SMOKE_JOBS // 2
+
+
+@pytest.mark.slow
+def test_a_sweep_rerun_with_other_args_leaves_the_first_ones_jobs_store_and_report_alone(tmp_path, headlines_tsv):
+    one_job = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]
+    command = sweep_command("smoke", tmp_path, headlines_tsv, *one_job)
+    command.remove(f"hydra.sweep.dir={tmp_path}")  # the sweep file's own folder, under outputs/sweeps
+    run_sweep(tmp_path, command)
+    first = tmp_path / "outputs" / "sweeps" / "smoke+data.limit=null"  # the tests' titles are fewer than 500
+    job = Path("sentencepiece", "transformer-post-L2", "fold0", "metrics.json")
+    before = (first / job).read_bytes()
+
+    run_sweep(tmp_path, [*command, "trainer.max_epochs=2"])
+
+    second = tmp_path / "outputs" / "sweeps" / "smoke+data.limit=null,trainer.max_epochs=2"
+    assert (first / job).read_bytes() == before and (second / job).is_file()
+    assert len(records(first)) == len(records(second)) == 1
+    assert all((folder / "report.md").is_file() for folder in (first, second))
 
 
 @pytest.mark.slow

@@ -162,6 +162,7 @@ def test_damaged_records_and_caches_are_reported_and_rebuilt(tmp_path, tiny_tsv,
     assert json.loads(record.read_text())["fold"] == 0  # a complete record again
 
 
+@pytest.mark.slow  # two processes training at once: the better part of a minute on 2 busy cores
 def test_two_identical_jobs_at_once_both_finish_with_one_record(tmp_path, tiny_tsv):
     env = {**os.environ, "PYTHONPATH": str(REPO), "KLUE_TC_CACHE": str(tmp_path / "cache")}
     jobs = [
@@ -202,6 +203,7 @@ def test_written_files_follow_the_users_umask(tmp_path, tiny_tsv):
 # --- what a job says ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole job as a process (Lightning's notices are a process's): half a minute
 def test_progress_lines_count_from_one_and_the_end_names_the_run_directory(tmp_path, tiny_tsv):
     run_dir = tmp_path / "run"
     done = run_cli([*tiny_job(tmp_path, tiny_tsv, "trainer.max_epochs=2"), f"hydra.run.dir={run_dir}"], cwd=tmp_path)

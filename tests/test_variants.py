@@ -86,12 +86,23 @@ print(json.dumps({
 """
 
 
-def probe(root: Path, pythonpath: list[Path] = ()) -> dict:
-    done = run(root, ["-c", PROBE], pythonpath)
+# What a registered variant changes without composing the sweeps (which takes most of PROBE's time).
+VARIANTS_PROBE = """
+import json
+from klue_tc.fingerprint import code_version
+from klue_tc.registry import ENCODERS
+
+print(json.dumps({"encoders": ENCODERS.names(), "fingerprint": code_version().fingerprint}))
+"""
+
+
+def probe(root: Path, pythonpath: list[Path] = (), script: str = PROBE) -> dict:
+    done = run(root, ["-c", script], pythonpath)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # three processes on copies of the package: half a minute on 2 busy cores
 def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_path, repo_with_gated):
     plain = probe(copy_repo(tmp_path / "plain"))
     gated = probe(repo_with_gated)
@@ -118,11 +129,11 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
 def test_variants_from_entry_points_come_after_the_built_ins_sorted_and_are_fingerprinted(tmp_path, repo_with_gated):
     site = tmp_path / "site"
     module = external_distribution(site, "zeta_encoders", "a_external")
-    first = probe(repo_with_gated, [site])
+    first = probe(repo_with_gated, [site], VARIANTS_PROBE)
     assert first["encoders"] == [*BUILT_IN_ENCODERS, "a_external", "gated"]  # not in import order
 
     module.write_text(module.read_text().replace("ffn_dim: int = 512", "ffn_dim: int = 384"))
-    assert probe(repo_with_gated, [site])["fingerprint"] != first["fingerprint"]  # no stale records
+    assert probe(repo_with_gated, [site], VARIANTS_PROBE)["fingerprint"] != first["fingerprint"]  # no stale records
 
 
 def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_path):

@@ -26,6 +26,7 @@ from klue_tc.report.render import (
     to_markdown,
 )
 from klue_tc.report.sections import Section
+from klue_tc.report.settings import refuse_mixed_settings
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 from klue_tc.report.title_bootstrap import TitleBootstrap, validation_predictions
 
@@ -270,6 +271,7 @@ def write_report(
 
     directory = Path(directory)
     folds = fold_frame(directory)
+    refuse_mixed_settings(directory, folds["config_hash"])
     best = optuna_best(directory)
     records = fold_records(directory)  # read once: the predictions of every fold are in them
     predictions = validation_predictions(directory, records)
