@@ -1,0 +1,250 @@
+"""The ensemble stage (klue_tc/ensemble/): members read from the records, temperatures and the
+greedy selection chosen on out-of-fold predictions alone, the linear baselines on the same folds,
+scoring on the validation titles, the report and the artefact `predict` serves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from klue_tc.data import NUM_CLASSES, stratified_folds
+from klue_tc.ensemble.calibration import fit_temperature, tempered
+from klue_tc.ensemble.selection import greedy_selection, macro_f1_of
+from klue_tc.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
+from klue_tc.results import ResultsStore
+
+FOLDS = 3
+
+
+def noisy_probs(rng: np.random.Generator, labels: np.ndarray, skill: float, spread: float = 1.0) -> np.ndarray:
+    """A model's probabilities: the true class's logit raised by `skill`, each model's noise its own."""
+    logits = rng.normal(0, spread, (len(labels), NUM_CLASSES))
+    logits[np.arange(len(labels)), labels] += skill
+    return tempered(logits, 1.0)
+
+
+def configuration_records(
+    key: str,
+    encoder: str,
+    labels: np.ndarray,
+    validation_labels: np.ndarray,
+    skill: float,
+    rng: np.random.Generator,
+    probs: bool = True,
+    folds: int = FOLDS,
+) -> list[FoldResult]:
+    """A configuration's fold records on the titles `labels` (its folds the runs' stratified ones)."""
+    records = []
+    for fold, (_, held) in enumerate(stratified_folds(labels, folds, 42)):
+        scored = TitlePredictions.of(held, labels[held], noisy_probs(rng, labels[held], skill))
+        validation = TitlePredictions.of(
+            np.arange(len(validation_labels)), validation_labels, noisy_probs(rng, validation_labels, skill)
+        )
+        if not probs:
+            scored.probs = validation.probs = None
+        records.append(
+            FoldResult(
+                fold=fold, f1=macro_f1_of(labels[held], np.eye(NUM_CLASSES)[scored.predicted]), accuracy=0.5,
+                best_epoch=1, epochs_run=1, train_samples_per_s=1.0, time_to_first_step_s=0.0, train_seconds=1.0,
+                train_size=len(labels) - len(held), val_size=len(held), checkpoint=None, tokenizer_dir="tokenizer",
+                config_hash=key, describe=Describe(encoder, encoder, "post", 2, "cls", "mecab"),
+                validation=ValidationScore(0.5, 0.5, len(validation_labels), "validation.tsv"),
+                predictions=FoldPredictions(scored, validation),
+            )
+        )  # fmt: skip
+    return records
+
+
+def synthetic_store(root, designs, titles: int = 420, validation: int = 280, seed: int = 0, **kwargs):
+    """A results store of configurations {key: (encoder, skill)}; their training and validation classes."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(titles) % NUM_CLASSES
+    validation_labels = rng.integers(0, NUM_CLASSES, validation)
+    store = ResultsStore(root / "results")
+    for key, (encoder, skill) in designs.items():
+        for record in configuration_records(key, encoder, labels, validation_labels, skill, rng, **kwargs):
+            store.put(key, record.fold, record)
+    return labels, validation_labels
+
+
+DESIGNS = {"aaaaaa000000": ("cnn", 1.6), "bbbbbb000000": ("transformer", 1.5), "cccccc000000": ("trans_blstm", 0.2)}
+
+
+# --- calibration and selection -------------------------------------------------------------------
+
+
+def test_the_temperature_of_least_log_loss_is_found():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, (4000, NUM_CLASSES))
+    labels = np.array([rng.choice(NUM_CLASSES, p=p) for p in tempered(logits, 2.5)])  # drawn at T = 2.5
+    assert fit_temperature(logits, labels) == pytest.approx(2.5, rel=0.1)
+
+
+@pytest.mark.parametrize("metric", ["f1", "log_loss"])
+def test_greedy_selection_adds_members_with_replacement_and_keeps_the_best_prefix(metric):
+    rng = np.random.default_rng(1)
+    labels = np.arange(700) % NUM_CLASSES
+    strong, other = noisy_probs(rng, labels, 1.6), noisy_probs(rng, labels, 1.5)
+    noise = tempered(rng.normal(0, 4, (len(labels), NUM_CLASSES)), 1.0)  # confident and knows nothing
+    chosen = greedy_selection([noise, strong, other, strong.copy()], labels, metric=metric)
+    assert chosen.order[0] == 1  # the best member alone first (its copy, listed later, never)
+    assert chosen.counts[3] == 0
+    # The noise never lowers the log-loss; by macro-F1 it may break a near tie now and then
+    assert chosen.counts[0] == 0 if metric == "log_loss" else chosen.counts[0] < min(chosen.counts[1:3])
+    assert chosen.counts[2] > 0 and chosen.oof_f1 > macro_f1_of(labels, strong)  # two that err apart beat one
+    best = max(chosen.f1) if metric == "f1" else chosen.f1[int(np.argmin(chosen.log_loss))]
+    assert chosen.oof_f1 == best and sum(chosen.counts) == chosen.kept_rounds == len(chosen.order)
+    assert np.isclose(chosen.weights.sum(), 1.0)
+
+
+# --- the stage on a results store ------------------------------------------------------------------
+
+
+def write_config(store_key_dir, train, validation, folds: int = FOLDS) -> None:
+    """The runs' resolved config.yaml, as the results store keeps it beside a configuration's folds."""
+    import yaml
+
+    config = {
+        "seed": 42,
+        "data": {"path": str(train), "validation_path": str(validation), "limit": None},
+        "cv": {"folds": folds, "seed": 42, "inner_fraction": 0.1},
+    }
+    store_key_dir.mkdir(parents=True, exist_ok=True)
+    (store_key_dir / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+
+
+def relabelled(rows: list[tuple[str, str]], share: float = 0.4, seed: int = 0) -> list[tuple[str, str]]:
+    """The generated headlines' words give their class away: a share of them get another class, so
+    that no member is perfect and the drawn ones (which know every class) have something to add."""
+    from klue_tc.data import LABEL_NAMES
+
+    rng = np.random.default_rng(seed)
+    return [(str(rng.choice(LABEL_NAMES)) if rng.random() < share else label, text) for label, text in rows]
+
+
+@pytest.fixture
+def text_store(tmp_path):
+    """Three configurations' records on generated headlines (their classes real, their probabilities
+    drawn), with the runs' config.yaml, so that the linear baselines fit on the same titles and folds."""
+    from conftest import make_headlines, write_tsv
+    from klue_tc.data import read_labelled_file
+
+    train = write_tsv(tmp_path / "train.tsv", relabelled(make_headlines(per_class=24, seed=0)))
+    validation = write_tsv(tmp_path / "validation.tsv", relabelled(make_headlines(per_class=10, seed=1)))
+    labels, validation_labels = read_labelled_file(train).labels, read_labelled_file(validation).labels
+    rng = np.random.default_rng(3)
+    store = ResultsStore(tmp_path / "sweep" / "results")
+    for key, (encoder, skill) in DESIGNS.items():
+        for record in configuration_records(key, encoder, labels, validation_labels, skill, rng):
+            store.put(key, record.fold, record)
+        write_config(store.root / key, train, validation)
+    return tmp_path / "sweep", train, validation
+
+
+def shuffle_validation_labels(sweep, validation_file, seed: int = 7) -> None:
+    """One permutation of the validation titles' classes, in the file and in every record."""
+    import pandas as pd
+
+    frame = pd.read_csv(validation_file, sep="\t")
+    order = np.random.default_rng(seed).permutation(len(frame))
+    frame["label"] = frame["label"].to_numpy()[order]
+    frame.to_csv(validation_file, sep="\t", index=False)
+    for path in sweep.rglob("results/*/fold*.predicted.npz"):
+        predictions = FoldPredictions.load(path)
+        predictions.validation.label = predictions.validation.label[order]
+        predictions.save(path)
+
+
+@pytest.mark.parametrize("metric", ["log_loss", "f1"])
+def test_shuffling_the_validation_labels_changes_no_member_weight_or_temperature(text_store, metric):
+    from klue_tc.ensemble.stage import build_ensemble
+
+    sweep, _, validation = text_store
+    before = build_ensemble(sweep, metric=metric)
+    assert {m.kind for m, _ in before.chosen} <= {"neural", "linear"} and len(before.members) == 5
+    shuffle_validation_labels(sweep, validation)
+    after = build_ensemble(sweep, metric=metric)
+    assert after.selection == before.selection  # the same members, counts and rounds
+    assert [m.temperature for m in after.members] == [m.temperature for m in before.members]
+    assert after.validation.f1 != before.validation.f1  # the labels it is scored on did change
+
+
+def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline(text_store):
+    import pandas as pd
+
+    from klue_tc.ensemble.cli import main
+
+    sweep, _, _ = text_store
+    assert main([str(sweep), "--no-artefact"]) == 0
+    table = pd.read_csv(sweep / "ensemble.csv")
+    candidates = table[table["role"] == "candidate"]
+    assert list(candidates["kind"]) == ["neural"] * 3 + ["linear"] * 2
+    assert candidates["weight"].sum() == pytest.approx(1.0)
+    weak = candidates[candidates["key"] == "cccccc000000"]
+    assert float(weak["weight"].iloc[0]) == 0.0  # the configuration that knows little is not chosen
+    comparisons = table[table["role"] == "comparison"]
+    assert set(comparisons["versus"]) >= {
+        "TF-IDF char 1-3-grams + linear SVM",
+        "NB-SVM, char 1-3-grams (Wang & Manning 2012)",
+    }
+    assert (comparisons["difference_low"] <= comparisons["difference"]).all()
+    assert (comparisons["difference"] <= comparisons["difference_high"]).all()
+    ensemble_row = table[table["role"] == "ensemble"].iloc[0]
+    assert ensemble_row["validation_f1_low"] <= ensemble_row["validation_f1"] <= ensemble_row["validation_f1_high"]
+    markdown = (sweep / "ensemble.md").read_text(encoding="utf-8")
+    assert "## Against its best member and the linear baselines" in markdown
+    assert "Caruana" in markdown and "## Every candidate's fold ensemble" in markdown
+    # The baselines' fold models and probabilities are kept, and read again, not fitted again.
+    kept = sweep / "baselines" / "tfidf-svm"
+    assert sorted(p.name for p in kept.iterdir()) == [
+        *(f"fold{k}.{ext}" for k in range(FOLDS) for ext in ("joblib", "predicted.npz")),
+        "settings.json",
+    ]
+    stamp = (kept / "settings.json").stat().st_mtime_ns
+    assert main([str(sweep), "--no-artefact"]) == 0
+    assert (kept / "settings.json").stat().st_mtime_ns == stamp
+
+
+def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilities(text_store):
+    from klue_tc.data import read_labelled_file
+    from klue_tc.ensemble.stage import build_ensemble
+
+    sweep, train, _ = text_store
+    ensemble = build_ensemble(sweep)
+    labels = read_labelled_file(train).labels
+    for k, (_, held) in enumerate(stratified_folds(labels, FOLDS, 42)):
+        stored = FoldPredictions.load(sweep / "baselines" / "nb-svm" / f"fold{k}.predicted.npz")
+        assert np.array_equal(stored.scored.index, held)  # the very titles the runs' fold k scored
+        assert stored.scored.probs.dtype == np.float16 and np.allclose(stored.scored.probs.sum(1), 1, atol=1e-2)
+        assert stored.validation is not None and len(stored.validation.index) == len(ensemble.titles.validation_labels)
+    linear = [m for m in ensemble.members if m.kind == "linear"]
+    assert all(0.02 < f.temperature < 50 for m in linear for f in m.folds)  # chosen on each inner split
+
+
+def test_records_without_probabilities_take_part_by_their_votes(tmp_path):
+    from klue_tc.ensemble.stage import build_ensemble
+
+    synthetic_store(tmp_path, {"aaaaaa000000": ("cnn", 1.6)}, seed=1)
+    synthetic_store(tmp_path, {"bbbbbb000000": ("transformer", 1.5)}, seed=1, probs=False)
+    ensemble = build_ensemble(tmp_path, baselines=False)
+    voting = [m for m in ensemble.members if m.votes]
+    assert [m.key for m in voting] == ["bbbbbb000000"]
+    assert set(np.unique(voting[0].oof)) == {0.0, 1.0} and voting[0].temperature == 1.0
+    assert any("keep no probabilities" in note and "votes" in note for note in ensemble.notes)
+
+
+def test_a_configuration_short_of_folds_is_left_out_in_one_line(tmp_path):
+    from klue_tc.ensemble.stage import build_ensemble
+
+    synthetic_store(tmp_path, DESIGNS)
+    (tmp_path / "results" / "bbbbbb000000" / "fold1.json").unlink()
+    ensemble = build_ensemble(tmp_path, baselines=False)
+    assert sorted(m.key for m in ensemble.members) == ["aaaaaa000000", "cccccc000000"]
+    assert any("do not score every training title once" in note for note in ensemble.notes)
+
+
+def test_a_folder_without_records_is_one_line(tmp_path, capsys):
+    from klue_tc.ensemble.cli import main
+
+    assert main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"error: {tmp_path}: no finished fold record")
