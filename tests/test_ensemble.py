@@ -248,3 +248,66 @@ def test_a_folder_without_records_is_one_line(tmp_path, capsys):
 
     assert main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().startswith(f"error: {tmp_path}: no finished fold record")
+
+
+# --- the artefact --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_sweep(tmp_path_factory):
+    """One tiny configuration trained for real on 2 folds into a sweep's results store."""
+    from conftest import TINY_MODEL, make_headlines, write_tsv
+    from jobs import run_in_process
+
+    tmp = tmp_path_factory.mktemp("trained")
+    train = write_tsv(tmp / "train.tsv", make_headlines(per_class=10, seed=0))
+    validation = write_tsv(tmp / "validation.tsv", make_headlines(per_class=4, seed=1))
+    overrides = [
+        f"data.path={train}",
+        f"data.validation_path={validation}",
+        f"results.dir={tmp / 'sweep' / 'results'}",
+        f"data.cache_dir={tmp / 'cache'}",
+        "logger=none",
+        *TINY_MODEL,
+        "+experiment=transformer",
+        "encoder.layers=1",
+        "cv.folds=2",
+        "trainer.max_epochs=1",
+    ]
+    run_in_process(overrides, tmp / "sweep" / "run")
+    return tmp / "sweep", validation
+
+
+@pytest.mark.parametrize("baselines", [False, True])
+def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, tmp_path, capsys, baselines):
+    import json
+    import shutil
+
+    from klue_tc.data import read_labelled_file
+    from klue_tc.ensemble.artefact import artefact_probs
+    from klue_tc.ensemble.artefact import write_artefact as write
+    from klue_tc.ensemble.stage import build_ensemble
+    from klue_tc.predict import main as predict
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained_sweep[0], sweep)
+    ensemble = build_ensemble(sweep, baselines=baselines)
+    expected = ensemble.validation_probs()
+    write(ensemble, tmp_path / "model")
+    manifest = json.loads((tmp_path / "model" / "ensemble.json").read_text(encoding="utf-8"))
+    assert [m["kind"] for m in manifest["members"]] == [m.kind for m, _ in ensemble.chosen]
+    assert ("linear" in {m["kind"] for m in manifest["members"]}) == baselines  # the tiny network learnt little
+    assert sum(m["weight"] for m in manifest["members"]) == pytest.approx(1.0)
+
+    moved = tmp_path / "elsewhere" / "model"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "model", moved)
+    shutil.rmtree(sweep)  # nothing of the sweep is read any more
+    texts = read_labelled_file(trained_sweep[1]).texts
+    probs, names = artefact_probs(moved, texts)
+    assert names == list(ensemble.label_names)
+    assert np.allclose(probs, expected, atol=5e-3)  # the records kept float16 probabilities
+    assert predict([str(moved), "--json", texts[0], texts[1]]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["label"] for line in lines] == [names[k] for k in probs[:2].argmax(1)]
+    assert [line["probability"] for line in lines] == pytest.approx(probs[:2].max(1).tolist(), abs=1e-6)

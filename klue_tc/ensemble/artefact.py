@@ -142,12 +142,13 @@ def artefact_probs(
 
     directory = Path(directory)
     manifest = read_manifest(directory)
+    classes = len(manifest["label_names"])
     total = None
     for member in manifest["members"]:
         parts = []
         for fold in member["folds"]:
             if member["kind"] == "linear":
-                probs = linear_fold_probs(directory / fold["model"], fold["temperature"], titles)
+                probs = linear_fold_probs(directory / fold["model"], fold["temperature"], titles, classes)
             else:
                 checkpoint, tokenizer = directory / fold["checkpoint"], directory / fold["tokenizer"]
                 if not checkpoint.is_file() or not tokenizer.is_dir():

@@ -42,10 +42,20 @@ class LinearFold:
     model: Path  # its fitted pipeline (joblib)
 
 
-def decision_scores(model: Any, texts: Sequence[str]) -> np.ndarray:
-    """(titles, classes) scores; a two-class model's one margin as a pair whose softmax is its sigmoid."""
+# The score of a class the model never saw in training: no probability left for it after the softmax.
+UNSEEN_CLASS_SCORE = -1e4
+
+
+def decision_scores(model: Any, texts: Sequence[str], classes: Optional[int] = None) -> np.ndarray:
+    """(titles, classes) scores; a two-class model's one margin as a pair whose softmax is its
+    sigmoid. With `classes`, a column for every class id below it (those its titles lacked score low)."""
     scores = np.asarray(model.decision_function(list(texts)), dtype=np.float64)
-    return np.column_stack([-scores / 2, scores / 2]) if scores.ndim == 1 else scores
+    scores = np.column_stack([-scores / 2, scores / 2]) if scores.ndim == 1 else scores
+    if classes is None:
+        return scores
+    full = np.full((len(scores), classes), UNSEEN_CLASS_SCORE)
+    full[:, np.asarray(model.classes_, dtype=int)] = scores
+    return full
 
 
 def store_key(baseline: LinearBaseline, recipe: Any, data: Any) -> dict:
@@ -63,7 +73,12 @@ def store_key(baseline: LinearBaseline, recipe: Any, data: Any) -> dict:
 
 
 def fit_fold(
-    baseline: LinearBaseline, texts: list[str], labels: np.ndarray, inner_fraction: Optional[float], seed: int
+    baseline: LinearBaseline,
+    texts: list[str],
+    labels: np.ndarray,
+    inner_fraction: Optional[float],
+    seed: int,
+    classes: Optional[int] = None,
 ) -> tuple[Any, Any, Optional[float], float]:
     """(model, setting, inner F1, temperature) for one training fold's titles."""
     from klue_tc.data import inner_split
@@ -72,7 +87,7 @@ def fit_fold(
         return baseline.pipeline().fit(texts, labels), baseline.default_c, None, 1.0
     model, chosen = fit_choosing_c(texts, labels, inner_fraction, seed, baseline=baseline)
     _, inner = inner_split(labels, inner_fraction, seed)
-    temperature = fit_temperature(decision_scores(model, [texts[i] for i in inner]), labels[inner])
+    temperature = fit_temperature(decision_scores(model, [texts[i] for i in inner], classes), labels[inner])
     return model, chosen["C"], chosen["inner_f1"], temperature
 
 
@@ -111,9 +126,9 @@ class LinearStore:
         for fold, (train, held) in enumerate(stratified_folds(data.labels, recipe.cv.folds, recipe.cv.seed)):
             texts = [data.texts[i] for i in train]
             model, setting, inner_f1, temperature = fit_fold(
-                self.baseline, texts, data.labels[train], recipe.inner_fraction, recipe.cv.seed
+                self.baseline, texts, data.labels[train], recipe.inner_fraction, recipe.cv.seed, data.num_classes
             )
-            scored = tempered(decision_scores(model, [data.texts[i] for i in held]), temperature)
+            scored = tempered(decision_scores(model, [data.texts[i] for i in held], data.num_classes), temperature)
             FoldPredictions(TitlePredictions.of(held, data.labels[held], scored)).save(self.predictions_path(fold))
             atomic_write(self.model_path(fold), lambda tmp, m=model: joblib.dump(m, tmp))
             folds.append({"fold": fold, "setting": setting, "temperature": temperature, "inner_f1": inner_f1})
@@ -162,7 +177,7 @@ class LinearStore:
         for fold, part in zip(folds, predictions):
             part.validation = None
             if validation is not None:
-                probs = linear_fold_probs(fold.model, fold.temperature, validation.texts)
+                probs = linear_fold_probs(fold.model, fold.temperature, validation.texts, validation.num_classes)
                 part.validation = TitlePredictions.of(np.arange(len(validation)), validation.labels, probs)
             part.save(self.predictions_path(fold.fold))
         stored = json.loads((self.folder / SETTINGS_FILE).read_text(encoding="utf-8"))
@@ -215,7 +230,7 @@ def linear_members(
         data, validation = runs_titles(recipe.data, recipe.seed)
     except KlueTcError as err:
         return [], [f"no linear baseline: {err}"]
-    if not np.array_equal(data.labels, titles.labels):
+    if not np.array_equal(data.labels, titles.labels) or data.num_classes != titles.classes:
         return [], ["no linear baseline: the runs' config.yaml names other titles than the records were scored on"]
     members = [linear_member(b, recipe, directory, data, validation, models) for b in baselines]
     notes = []

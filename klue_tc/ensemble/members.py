@@ -51,6 +51,7 @@ class Titles:
 
     labels: np.ndarray
     validation_labels: Optional[np.ndarray]
+    classes: int = 0  # the classes the members' probabilities span
 
 
 def as_probs(titles: TitlePredictions, classes: int) -> np.ndarray:
@@ -160,5 +161,5 @@ def neural_members(records: Sequence[FoldResult]) -> tuple[list[Member], Optiona
         if candidate.member.validation is not None and candidate.validation_labels.tobytes() != validation_labels:
             notes.append(f"{candidate.member.name}: scored other validation titles than the rest: not on validation")
             candidate.member.validation = None
-    titles = Titles(kept[0].labels, np.frombuffer(validation_labels, dtype=np.int64) if scored else None)
+    titles = Titles(kept[0].labels, np.frombuffer(validation_labels, dtype=np.int64) if scored else None, classes)
     return [c.member for c in kept], titles, notes

@@ -24,13 +24,13 @@ def neural_fold_probs(
     return predict_probs(module, load_tokenizer(tokenizer_dir), texts, batch_size, device)
 
 
-def linear_fold_probs(model: Path, temperature: float, texts: Sequence[str]) -> np.ndarray:
+def linear_fold_probs(model: Path, temperature: float, texts: Sequence[str], classes: int) -> np.ndarray:
     import joblib
 
     from klue_tc.ensemble.calibration import tempered
     from klue_tc.ensemble.linear import decision_scores
 
-    return tempered(decision_scores(joblib.load(model), texts), temperature)
+    return tempered(decision_scores(joblib.load(model), texts, classes), temperature)
 
 
 def as_votes(probs: np.ndarray) -> np.ndarray:

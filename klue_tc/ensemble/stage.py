@@ -101,7 +101,9 @@ def rescored_on(
     for member in members:
         try:
             if member.kind == LINEAR:
-                probs = [linear_fold_probs(f.model, f.temperature, titles.texts) for f in member.folds]
+                probs = [
+                    linear_fold_probs(f.model, f.temperature, titles.texts, len(label_names)) for f in member.folds
+                ]
             else:
                 probs = [
                     neural_fold_probs(Path(r.checkpoint or ""), Path(r.tokenizer_dir), titles.texts, batch_size)
