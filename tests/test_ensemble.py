@@ -311,3 +311,45 @@ def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, t
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["label"] for line in lines] == [names[k] for k in probs[:2].argmax(1)]
     assert [line["probability"] for line in lines] == pytest.approx(probs[:2].max(1).tolist(), abs=1e-6)
+
+
+def test_another_validation_file_is_scored_by_every_members_fold_models(trained_sweep, tmp_path):
+    import shutil
+
+    from conftest import make_headlines, write_tsv
+    from klue_tc.data import read_labelled_file
+    from klue_tc.ensemble.stage import build_ensemble
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained_sweep[0], sweep)
+    other = write_tsv(tmp_path / "other.tsv", make_headlines(per_class=3, seed=5))
+    ensemble = build_ensemble(sweep, validation_file=other)
+    truth = read_labelled_file(other).labels
+    assert ensemble.validation.source == str(other)
+    assert np.array_equal(ensemble.titles.validation_labels, truth)
+    assert all(len(m.validation) == 2 and m.validation[0].shape == (len(truth), NUM_CLASSES) for m in ensemble.members)
+    assert ensemble.validation.f1 == pytest.approx(macro_f1_of(truth, ensemble.validation_probs()))
+    # The runs' own validation titles chose nothing before either: the selection is the same.
+    assert build_ensemble(sweep).selection == ensemble.selection
+
+
+def test_a_sweep_directory_reads_the_probabilities_from_the_store_its_runs_name(trained_sweep, tmp_path):
+    """A study keeps its results store in docs/ (results.dir), apart from the sweep's run folders,
+    whose copy of each fold's predictions holds the classes only."""
+    import shutil
+
+    import yaml
+
+    from klue_tc.ensemble.stage import build_ensemble
+
+    shutil.copytree(trained_sweep[0] / "run", tmp_path / "sweep" / "run")
+    shutil.copytree(trained_sweep[0] / "results", tmp_path / "docs" / "results")
+    config = tmp_path / "sweep" / "run" / "config.yaml"
+    settings = yaml.safe_load(config.read_text(encoding="utf-8"))
+    settings["results"]["dir"] = str(tmp_path / "docs" / "results")
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    ensemble = build_ensemble(tmp_path / "sweep", baselines=False)
+    assert not any(m.votes for m in ensemble.members) and not ensemble.notes
+    shutil.rmtree(tmp_path / "docs")  # the run folders alone: classes, so votes, in one line
+    ensemble = build_ensemble(tmp_path / "sweep", baselines=False)
+    assert all(m.votes for m in ensemble.members) and any("votes" in note for note in ensemble.notes)

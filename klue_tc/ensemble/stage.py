@@ -24,8 +24,9 @@ from klue_tc.records import FoldResult
 log = logging.getLogger(__name__)
 
 VOTES_LINE = (
-    "{n} of {total} members' records keep no probabilities (older code): they take part by their fold "
-    "models' votes (one-hot classes), without a temperature"
+    "{n} of {total} members' records keep no probabilities (made by older code, or a run directory's copy "
+    "without its results store): they take part by their fold models' votes (one-hot classes), without a "
+    "temperature"
 )
 
 
@@ -121,9 +122,10 @@ def rescored_on(
 def library(directory: Path, baselines: bool, models: bool) -> tuple[list[Member], Titles, list[str], list[str]]:
     """The candidate members, the titles they are scored on, the classes' names and the notes."""
     from klue_tc.ensemble.linear import linear_members
-    from klue_tc.report.loading import fold_records, run_recipe
+    from klue_tc.ensemble.sources import ensemble_records
+    from klue_tc.report.loading import run_recipe
 
-    records = fold_records(directory)
+    records = ensemble_records(directory)
     if not records:
         raise EnsembleError(f"{directory}: no finished fold record (metrics.json or a results store) below it")
     members, titles, notes = neural_members(records)
