@@ -125,7 +125,10 @@ class ResultsStore:
             if Path(record.checkpoint).resolve() != checkpoint.resolve():
                 link_or_copy(Path(record.checkpoint), checkpoint)
                 link_or_copy_tree(Path(record.tokenizer_dir), model_dir / "tokenizer")
-            record = replace(record, checkpoint=str(checkpoint), tokenizer_dir=str(model_dir / "tokenizer"))
+            # Absolute, so that a store named relative to the working folder names them relative to itself.
+            record = replace(
+                record, checkpoint=str(checkpoint.resolve()), tokenizer_dir=str((model_dir / "tokenizer").resolve())
+            )
         predictions, classes = self.predictions_path(path), self.predicted_classes_path(path)
         if record.predictions is not None:  # first: a record is never without the predictions it had
             record.predictions.save(classes)

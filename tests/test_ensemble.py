@@ -353,3 +353,61 @@ def test_a_sweep_directory_reads_the_probabilities_from_the_store_its_runs_name(
     shutil.rmtree(tmp_path / "docs")  # the run folders alone: classes, so votes, in one line
     ensemble = build_ensemble(tmp_path / "sweep", baselines=False)
     assert all(m.votes for m in ensemble.members) and any("votes" in note for note in ensemble.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_ensemble_sweep_runs_resumes_and_its_records_make_a_servable_ensemble(tmp_path):
+    """sweeps/ensemble.yaml as `make sweep SWEEP=ensemble` runs it (two of its members, 2 folds, a
+    tiny model), run again (nothing trains), then the stage on the sweep's folder and predict."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from test_sweeps import SKIPPED, sweep_env
+
+    from conftest import REPO, make_headlines, write_tsv
+
+    sweeps = tmp_path / "sweeps"
+    shutil.copytree(REPO / "sweeps", sweeps)
+    sweep_file = sweeps / "ensemble.yaml"
+    text = sweep_file.read_text(encoding="utf-8")
+    text = text.replace(
+        "transformer_sentencepiece,transformer_kobert,cnn_mecab,trans_blstm_parallel_mecab",
+        "transformer_sentencepiece,cnn_mecab",
+    )
+    sweep_file.write_text(text.replace("folds: 5", "folds: 2").replace("range(0,5)", "range(0,2)"), encoding="utf-8")
+    with open(sweeps / "ensemble_member" / "transformer_sentencepiece.yaml", "a", encoding="utf-8") as member:
+        member.write("tokenizer:\n  vocab_size: 300\n")
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=16, seed=0))
+    validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=4, seed=9))
+    command = [
+        sys.executable, "-m", "klue_tc", "--multirun", "--config-dir", str(sweeps), "--config-name", "ensemble",
+        f"data.path={train}", f"data.validation_path={validation}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "trainer.max_epochs=1", "pretrain.max_steps=2", "pretrain.batch_size=16", "encoder.d_model=32",
+        "encoder.heads=2", "head.hidden=32", "data.batch_size=16", "trainer.accelerator=cpu", "logger=none",
+    ]  # fmt: skip
+    env = {**sweep_env(tmp_path), "PYTHONPATH": f"{REPO}{':' + str(REPO / 'tests')}"}
+    for _ in ("trains", "resumes"):
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=800)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.stdout.count(SKIPPED) == 4  # the rerun found every fold in the store
+    assert len(list((tmp_path / "docs" / "ensemble" / "results").glob("*/fold*.json"))) == 4
+
+    stage = [sys.executable, "-m", "klue_tc.ensemble", str(tmp_path / "sweep"), "--no-baselines"]
+    done = subprocess.run(stage, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "votes" not in done.stdout  # the probabilities came from the store the runs name
+    assert (tmp_path / "sweep" / "ensemble.md").is_file() and "no artefact" not in done.stderr, done.stderr[-2000:]
+    served = [
+        sys.executable,
+        "-m",
+        "klue_tc.predict",
+        str(tmp_path / "sweep" / "ensemble-model"),
+        "--json",
+        "코스피 상승 마감",
+    ]
+    done = subprocess.run(served, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[0])["title"] == "코스피 상승 마감"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,6 +91,22 @@ def test_the_store_saves_and_loads_predictions_beside_the_record(tmp_path):
     # A fold trained again without predictions does not keep its predecessor's.
     store.put("key", 0, small_record())
     assert store.read("key", 0).predictions is None and not list((tmp_path / "key").glob("*.npz"))
+
+
+def test_a_store_named_relative_to_the_working_folder_finds_its_models(tmp_path, monkeypatch):
+    # results.dir=docs/ensemble/results, as a study names its store: the record names the fold's
+    # model relative to itself, not to the folder the job ran in.
+    run = tmp_path / "run" / "fold0"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "best.ckpt").write_bytes(b"weights")
+    monkeypatch.chdir(tmp_path)
+    store = ResultsStore("docs/results")
+    store.put(
+        "key", 0, replace(small_record(), checkpoint=str(run / "best.ckpt"), tokenizer_dir=str(run / "tokenizer"))
+    )
+    assert json.loads((tmp_path / "docs/results/key/fold0.json").read_text())["checkpoint"] == "fold0/best.ckpt"
+    for record in (store.read("key", 0), ResultsStore(tmp_path / "docs" / "results").read("key", 0)):
+        assert Path(record.checkpoint).read_bytes() == b"weights" and Path(record.tokenizer_dir).is_dir()
 
 
 def test_the_committed_file_keeps_the_probabilities_and_older_files_still_load(tmp_path):
