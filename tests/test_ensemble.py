@@ -221,6 +221,24 @@ def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilitie
     assert all(0.02 < f.temperature < 50 for m in linear for f in m.folds)  # chosen on each inner split
 
 
+def test_the_tables_are_logged_as_one_offline_wandb_run(tmp_path, caplog):
+    import logging
+
+    from test_report import offline_run_bytes_once_written
+
+    from klue_tc.config import WandbConfig
+    from klue_tc.ensemble.report import log_to_wandb
+    from klue_tc.ensemble.stage import build_ensemble
+
+    synthetic_store(tmp_path, DESIGNS)
+    ensemble = build_ensemble(tmp_path, baselines=False)
+    with caplog.at_level(logging.WARNING):
+        log_to_wandb(ensemble, WandbConfig(project="klue_tc_test", mode="offline"), "test")
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, caplog.text
+    assert b"ensemble_comparisons" in offline_run_bytes_once_written(runs[0], "ensemble_comparisons")
+
+
 def test_records_without_probabilities_take_part_by_their_votes(tmp_path):
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -284,7 +302,7 @@ def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, t
     import shutil
 
     from klue_tc.data import read_labelled_file
-    from klue_tc.ensemble.artefact import artefact_probs
+    from klue_tc.ensemble.artefact import ArtefactError, artefact_probs
     from klue_tc.ensemble.artefact import write_artefact as write
     from klue_tc.ensemble.stage import build_ensemble
     from klue_tc.predict import main as predict
@@ -298,6 +316,13 @@ def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, t
     assert [m["kind"] for m in manifest["members"]] == [m.kind for m, _ in ensemble.chosen]
     assert ("linear" in {m["kind"] for m in manifest["members"]}) == baselines  # the tiny network learnt little
     assert sum(m["weight"] for m in manifest["members"]) == pytest.approx(1.0)
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    with pytest.raises(ArtefactError, match="exists and is not an ensemble's folder"):
+        write(ensemble, tmp_path / "notes")
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+    write(ensemble, tmp_path / "model")  # an ensemble's folder is replaced
 
     moved = tmp_path / "elsewhere" / "model"
     moved.parent.mkdir()

@@ -70,6 +70,10 @@ def write_artefact(ensemble: Ensemble, target: str | Path) -> Path:
     from klue_tc.ensemble.members import LINEAR
 
     target = Path(target)
+    if target.exists() and not is_artefact(target) and any(target.iterdir()):
+        raise ArtefactError(
+            f"{target} exists and is not an ensemble's folder: not replaced (name another with --artefact)"
+        )
     missing = [
         f"{member.name} fold {record.fold}"
         for member, _ in ensemble.chosen

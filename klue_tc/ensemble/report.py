@@ -106,13 +106,14 @@ def markdown(ensemble: Ensemble, command: str) -> str:
     scored = ensemble.validation
     linear = sum(m.kind == LINEAR for m in members)
     rows = member_rows(ensemble)
+    baselines = f"{linear} linear baselines on the same folds" if linear else "no linear baseline"
     lines = [
         f"# Ensemble: {ensemble.directory}",
         "",
         f"Written by `{command}`.",
         "",
         f"{len(members)} candidate members ({len(members) - linear} configurations whose fold models score every "
-        f"training title once, {linear} linear baselines on the same folds), on "
+        f"training title once, {baselines}), on "
         f"{len(ensemble.titles.labels):,} training titles out of fold"
         + (f" and {len(ensemble.titles.validation_labels):,} validation titles ({scored.source})." if scored else "."),
         f"Each member's temperature minimises its out-of-fold log-loss; greedy forward selection with "
