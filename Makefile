@@ -13,7 +13,7 @@ SWEEP  ?=
 ARGS   ?=
 DIR    ?=
 
-.PHONY: help install lint test test-all test-slurm sweep sweep-named report bench bench-gpu clean
+.PHONY: help install lint test test-all test-slurm sweep sweep-named report ensemble bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,10 @@ sweep-named:
 report: install  ## F1 comparison table for DIR (a run or sweep directory)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=outputs/sweeps/paper"; exit 2; }
 	$(PY) -m klue_tc.report $(DIR) $(ARGS)
+
+ensemble: install  ## the ensemble of DIR's records with the linear baselines: ensemble.md, ensemble.csv, DIR/ensemble-model
+	@test -n "$(DIR)" || { echo "usage: make ensemble DIR=docs/ensemble (after make sweep SWEEP=ensemble)"; exit 2; }
+	$(PY) -m klue_tc.ensemble $(DIR) $(ARGS)
 
 bench: install  ## training throughput and F1 against the notebook's design, pretraining beside fine-tuning, GFLOP/s (CPU)
 	$(PY) -m benchmarks $(ARGS)

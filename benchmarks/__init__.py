@@ -22,7 +22,10 @@ in a fresh subprocess with the same torch thread count:
   their loop titles/s; and both training steps' achieved GFLOP/s (FLOPs counted by
   klue_tc.model_size) against a large square matrix product's in the same precision and threads.
 
-``--runs`` chooses among klue_tc, pretrain, notebook, reference and overhead (default: all).
+The ensemble run serves an ensemble's folder (benchmarks/ensemble.py: the encoders and the linear
+baselines, 5 fold models each) against one fold model, as titles/s of ``python -m klue_tc.predict``.
+
+``--runs`` chooses among klue_tc, pretrain, notebook, reference, overhead and ensemble (default: all).
 
 The training split is seed_reference's own (a stratified 10% of --data held out with
 random_state=0, then --limit titles sampled from the rest with random_state=0), so all three

@@ -12,5 +12,6 @@ ENCODERS = tuple(ENCODER_REGISTRY.names())
 LAYERS = 3
 YNAT_TRAIN_TITLES = 45_678
 # The benchmark's runs (`--runs`): fine-tuning with length buckets, masked-LM pretraining beside it,
-# fine-tuning on the notebook's data path, seed_reference, and the main job's time to first step.
-RUNS = ("klue_tc", "pretrain", "notebook", "reference", "overhead")
+# fine-tuning on the notebook's data path, seed_reference, the main job's time to first step, and
+# an ensemble's folder served against a single model.
+RUNS = ("klue_tc", "pretrain", "notebook", "reference", "overhead", "ensemble")

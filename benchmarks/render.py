@@ -342,6 +342,10 @@ def render(report: dict) -> str:
     )
     if "projection" in report:
         parts += ["", *projection_lines(report)]
+    if report.get("ensemble"):
+        from benchmarks.ensemble import ensemble_lines
+
+        parts += ["", *ensemble_lines(report["ensemble"])]
     checks = target_checks(report["results"], overhead, s.get("clock", "wall"))
     parts += [
         "",

@@ -134,6 +134,19 @@ class Bench:
             self.say(f"peak: {result['gflops_per_s']:.1f} GFLOP/s ({result['dtype']}, {result['size']}^2)")
         return result
 
+    def ensemble_run(self) -> Optional[dict]:
+        """An ensemble's folder served against one fold model (benchmarks/ensemble.py)."""
+        self.say("ensemble: serving an ensemble's folder against a single model ...")
+        members = [self.worker_spec(e, True, "ensemble")["choice"] for e in self.encoders]
+        spec = {**self.worker_spec(self.encoders[0], True, "ensemble"), "kind": "ensemble", "members": members}
+        result, _ = self._worker("ensemble", spec)
+        if result is not None:
+            self.say(
+                f"ensemble: {result['ensemble_titles_per_s']:.0f} titles/s ({result['fold_models']} models), "
+                f"one model {result['single_titles_per_s']:.0f} titles/s"
+            )
+        return result
+
     def reference_run(self, encoder: str) -> Optional[dict]:
         arch = REFERENCE_ARCH.get(encoder)
         if arch is None or self.reference is None or self.gpu:
@@ -334,6 +347,7 @@ class Bench:
         for result in results:
             result["efficiency"] = efficiency(result, peak, self.clock)
         report["overhead"] = self.overhead() if "overhead" in self.runs else {}
+        report["ensemble"] = self.ensemble_run() if "ensemble" in self.runs else None
         report["notes"] = self.notes
         return report
 

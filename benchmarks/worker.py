@@ -124,6 +124,8 @@ def run_worker(spec: dict) -> dict:
     kind = spec.get("kind", "finetune")
     if kind == "peak":
         return peak_worker(spec)
+    if kind == "ensemble":
+        return ensemble_worker(spec)
     run = compose_run(run_overrides(spec))
     data, prepared = _prepare(run, spec)
     if kind == "pretrain":
@@ -310,3 +312,29 @@ def _barrier(directory: Path, count: int, name: str, timeout_s: float = 600) -> 
     deadline = time.monotonic() + timeout_s
     while len(list(directory.glob("*.ready"))) < count and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def ensemble_worker(spec: dict) -> dict:
+    """An ensemble's folder of the benchmark's encoders (a couple of training steps each) and the
+    linear baselines, served against one fold model on the held-out titles (benchmarks/ensemble.py)."""
+    import numpy as np
+
+    from benchmarks.ensemble import TRAIN_STEPS, build_artefact, serving_speeds
+    from klue_tc.job_setup import standalone_job
+    from klue_tc.training import train_fold
+
+    work = Path(spec["work_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    short = [f"trainer.limit_train_batches={TRAIN_STEPS}", "trainer.max_epochs=1"]
+    records = []
+    for choice in spec["members"]:
+        run = compose_run(run_overrides({**spec, "choice": choice, "overrides": [*spec["overrides"], *short]}))
+        data, prepared = _prepare(run, spec)
+        state = Path(tempfile.mkdtemp(dir=work, prefix="training-state-"))
+        records.append(train_fold(standalone_job(run, data, work / choice.split("=")[-1], state), 0, prepared))
+    n_train = len(data) - len(prepared.val_index)
+    artefact = build_artefact(records, data, np.arange(n_train), work)
+    single = (Path(records[0].checkpoint), Path(records[0].tokenizer_dir))
+    held = [data.texts[i] for i in range(n_train, len(data))]
+    speeds = serving_speeds(artefact, single, held, spec["batch_size"])
+    return {"kind": "ensemble", "single_model": spec["members"][0].split("=")[-1], **speeds}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
@@ -14,6 +14,9 @@ from sklearn.svm import LinearSVC
 
 from klue_tc.config import CVConfig, DataConfig
 from klue_tc.nbsvm import NBSVM
+
+if TYPE_CHECKING:
+    from klue_tc.data import LabelledTitles
 
 # Character 1-3-grams within words, tf damped, n-grams seen at least twice, C=0.5: the settings that
 # scored best of those measured on a held-out tenth of train (docs/full-training.md), about +0.4
@@ -40,6 +43,7 @@ class LinearBaseline:
     default_c: Any
     cache_file: str  # its scores' cache in the report's folder
     setting_name: str = "C"
+    short_name: str = ""  # in file names and the ensemble's tables
 
     def pipeline(self, C: Any = None) -> Pipeline:
         return make_pipeline(self.vectorizer(), self.classifier(self.default_c if C is None else C))
@@ -57,6 +61,7 @@ TFIDF_SVM = LinearBaseline(
     C_GRID,
     0.5,
     "baseline.json",
+    short_name="tfidf-svm",
 )
 NB_SVM = LinearBaseline(
     "NB-SVM, char 1-3-grams (Wang & Manning 2012)",
@@ -66,6 +71,7 @@ NB_SVM = LinearBaseline(
     (0.003, 0.25),
     "nbsvm.json",
     "C/beta",
+    "nb-svm",
 )
 BASELINES = (TFIDF_SVM, NB_SVM)
 
@@ -104,6 +110,16 @@ def fit_choosing_c(
     return make_pipeline(vectorizer, best_svm), {"C": best_c, "inner_f1": best_f1}
 
 
+def runs_titles(data_cfg: DataConfig, seed: int) -> tuple[LabelledTitles, Optional[LabelledTitles]]:
+    """The titles the runs trained on (their rows index the records' scored titles) and the
+    validation file they scored, if they named one."""
+    from klue_tc.data import stratified_subsample, training_titles, validation_titles
+
+    # The runs said where their titles came from; reading them again need not.
+    data = stratified_subsample(training_titles(data_cfg, announce_fallback=False), data_cfg.limit, seed)
+    return data, validation_titles(data_cfg, data.label_names) if data_cfg.validation_path else None
+
+
 def score_on_folds(
     data_cfg: DataConfig,
     cv: CVConfig,
@@ -122,12 +138,10 @@ def score_on_folds(
 
     from sklearn.metrics import confusion_matrix, f1_score
 
-    from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
+    from klue_tc.data import stratified_folds
     from klue_tc.files import atomic_write_text
 
-    # The runs said where their titles came from; the report reading them again need not.
-    data = stratified_subsample(training_titles(data_cfg, announce_fallback=False), data_cfg.limit, seed)
-    validation = validation_titles(data_cfg, data.label_names) if data_cfg.validation_path else None
+    data, validation = runs_titles(data_cfg, seed)
     key = {
         "data": data.fingerprint(),
         "folds": cv.folds,

@@ -1,7 +1,9 @@
-"""Topic of new headlines from a finished run: the average of its fold models' probabilities.
+"""Topic of new headlines from a finished run: the average of its fold models' probabilities; or
+from an ensemble's folder (python -m klue_tc.ensemble): its members' weighted average.
 
 python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성전자, 새 반도체 공장 착공"
 python -m klue_tc.predict RUN_DIR --file titles.txt --json
+python -m klue_tc.predict outputs/sweeps/ensemble/ensemble-model "삼성전자, 새 반도체 공장 착공"
 """
 
 from __future__ import annotations
@@ -82,14 +84,21 @@ def predict_titles(
             len(symbols_only),
             symbols_only[0],
         )
-    result, records = _run_and_folds(run_dir, available_only)
-    from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
+    from klue_tc.ensemble.artefact import artefact_probs, is_artefact
 
-    probs = ensemble_probs(records, titles, batch_size)
-    names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's
+    if is_artefact(run_dir):  # an ensemble's folder (python -m klue_tc.ensemble)
+        probs, names = artefact_probs(run_dir, titles, batch_size)
+        named_in = "ensemble.json"
+    else:
+        named_in = "metrics.json"
+        result, records = _run_and_folds(run_dir, available_only)
+        from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
+
+        probs = ensemble_probs(records, titles, batch_size)
+        names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's
     if probs.shape[1] != len(names):
         raise PredictError(
-            f"{run_dir}: the models predict {probs.shape[1]} classes but metrics.json names {len(names)} labels"
+            f"{run_dir}: the models predict {probs.shape[1]} classes but {named_in} names {len(names)} labels"
         )
     best = probs.argmax(axis=1)
     return [(names[k], float(p[k])) for k, p in zip(best, probs)]
@@ -141,7 +150,9 @@ def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]])
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m klue_tc.predict", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.json and fold checkpoints")
+    parser.add_argument(
+        "run_dir", type=Path, help="a run directory holding metrics.json and fold checkpoints, or an ensemble's folder"
+    )
     parser.add_argument("titles", nargs="*", help="headlines to classify")
     parser.add_argument(
         "--file",

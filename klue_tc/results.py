@@ -65,13 +65,16 @@ class ResultsStore:
 
     @staticmethod
     def predictions_path(record_path: Path) -> Path:
-        """The record's per-title predictions, beside it: fold<k>.predictions.npz."""
+        """Older code's copy of the per-title predictions with their probabilities (git-ignored),
+        fold<k>.predictions.npz: read where it is there, never written now."""
         return record_path.with_suffix(".predictions.npz")
 
     @staticmethod
     def predicted_classes_path(record_path: Path) -> Path:
-        """The same without the probabilities, a few kB: what a committed study keeps (the full
-        file is git-ignored) and the report's title-resampling intervals need."""
+        """The record's per-title predictions, beside it: the classes and their probabilities
+        (float16, compressed: 0.1 to 0.2 MB a fold), what a committed study keeps, so that the report's
+        intervals and any ensemble (klue_tc/ensemble/) are rebuilt from the records alone. Older
+        code kept the classes alone here."""
         return record_path.with_suffix(".predicted.npz")
 
     def read(self, key: str, fold: int) -> Optional[FoldResult]:
@@ -89,8 +92,8 @@ class ResultsStore:
 
     @classmethod
     def load(cls, path: Path) -> FoldResult:
-        """The record at `path` with its model files and its predictions where they were saved
-        (older records have none)."""
+        """The record at `path` with its model files and its predictions where they were saved (older
+        records have none; older code kept the probabilities in a file of their own, read first)."""
         record = in_model_folder(FoldResult.load(path).resolved_against(path.parent), path)
         record.predictions = FoldPredictions.read(cls.predictions_path(path)) or FoldPredictions.read(
             cls.predicted_classes_path(path)
@@ -128,8 +131,8 @@ class ResultsStore:
             record = replace(record, checkpoint=str(checkpoint), tokenizer_dir=str(model_dir / "tokenizer"))
         predictions, classes = self.predictions_path(path), self.predicted_classes_path(path)
         if record.predictions is not None:  # first: a record is never without the predictions it had
-            record.predictions.save(predictions)
-            record.predictions.save(classes, with_probs=False)
+            record.predictions.save(classes)
+            predictions.unlink(missing_ok=True)  # a predecessor's, made by older code
         else:  # a retrained fold's record must not meet its predecessor's predictions
             predictions.unlink(missing_ok=True)
             classes.unlink(missing_ok=True)

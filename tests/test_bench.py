@@ -284,6 +284,22 @@ def _headlines(path: Path, per_class: int = 20) -> Path:
     return path
 
 
+def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
+    from benchmarks.ensemble import FOLDS, ensemble_lines
+    from benchmarks.worker import run_worker
+
+    data = _headlines(tmp_path / "train.tsv")
+    tiny = ["encoder.d_model=32", "encoder.heads=2", "head.hidden=32", "tokenizer.vocab_size=300"]
+    b = bench.Bench(data, 40, 1, 16, ["transformer", "cnn"], None, 1, False, tmp_path, 300, overrides=tiny)
+    members = [b.worker_spec(e, True, "ensemble")["choice"] for e in b.encoders]
+    result = run_worker({**b.worker_spec("transformer", True, "ensemble"), "kind": "ensemble", "members": members})
+    assert result["members"] == 4 and result["fold_models"] == 4 * FOLDS  # 2 networks, 2 linear baselines
+    assert result["titles"] == 8 and result["single_titles_per_s"] > 0 and result["ensemble_titles_per_s"] > 0
+    assert result["slowdown"] == pytest.approx(result["single_titles_per_s"] / result["ensemble_titles_per_s"])
+    text = "\n".join(ensemble_lines(result))
+    assert f"| ensemble: 4 members x {FOLDS} folds | {4 * FOLDS} |" in text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bench_smoke_runs_every_encoder(tmp_path):
@@ -325,10 +341,12 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
         assert r["efficiency"]["pretrain_gflops_per_s"] > 0 and r["efficiency"]["finetune_gflops_per_s"] > 0
     assert report["overhead"]["cached"]["time_to_first_step_s"] > 0
     assert report["overhead"]["first"]["time_to_first_step_s"] > 0
+    assert report["ensemble"]["fold_models"] == (len(bench.ENCODERS) + 2) * 5 and report["ensemble"]["slowdown"] > 0
     table = out.read_text()
     for encoder in bench.ENCODERS:
         assert f"| {encoder} |" in table
     assert "klue_tc training benchmark" in done.stdout and all(e in done.stdout for e in bench.ENCODERS)
+    assert "### Serving: an ensemble's folder against a single model" in table
     assert not math.isnan(report["results"][0]["klue_tc"]["samples_per_s"])
 
 

@@ -263,7 +263,6 @@ def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_pat
             describe=Describe("cnn", "cnn", "post", 2, "cls", "mecab"),
         )  # fmt: skip
         store.put(config, fold, record)
-        (tmp_path / "results" / config / f"fold{fold}.predictions.npz").unlink()  # as committed: classes only
     found = validation_predictions(tmp_path)
     assert sorted(found) == sorted(kept)
     for key, titles in kept.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,7 +81,7 @@ def test_the_store_saves_and_loads_predictions_beside_the_record(tmp_path):
     store = ResultsStore(tmp_path)
     predictions = some_predictions(np.random.default_rng(0))
     store.put("key", 0, small_record(predictions=predictions))
-    assert (tmp_path / "key" / "fold0.predictions.npz").is_file()
+    assert sorted(p.name for p in (tmp_path / "key").glob("*.npz")) == ["fold0.predicted.npz"]  # one file
     for loaded in (store.read("key", 0).predictions, store.records()[0].predictions):
         for part in ("scored", "validation"):
             ours, theirs = getattr(predictions, part), getattr(loaded, part)
@@ -89,24 +90,59 @@ def test_the_store_saves_and_loads_predictions_beside_the_record(tmp_path):
         assert loaded.scored.probs.dtype == np.float16
     # A fold trained again without predictions does not keep its predecessor's.
     store.put("key", 0, small_record())
-    assert store.read("key", 0).predictions is None and not (tmp_path / "key" / "fold0.predictions.npz").exists()
-    assert not (tmp_path / "key" / "fold0.predicted.npz").exists()
+    assert store.read("key", 0).predictions is None and not list((tmp_path / "key").glob("*.npz"))
 
 
-def test_a_store_with_only_the_committed_classes_still_gives_per_title_predictions(tmp_path):
-    # A study commits fold<k>.predicted.npz (a few kB) and ignores the probabilities' file: a fresh
-    # clone's report resamples titles from the classes alone.
+def test_a_store_named_relative_to_the_working_folder_finds_its_models(tmp_path, monkeypatch):
+    # results.dir=docs/ensemble/results, as a study names its store: the record names the fold's
+    # model relative to itself, not to the folder the job ran in.
+    run = tmp_path / "run" / "fold0"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "best.ckpt").write_bytes(b"weights")
+    monkeypatch.chdir(tmp_path)
+    store = ResultsStore("docs/results")
+    store.put(
+        "key", 0, replace(small_record(), checkpoint=str(run / "best.ckpt"), tokenizer_dir=str(run / "tokenizer"))
+    )
+    assert json.loads((tmp_path / "docs/results/key/fold0.json").read_text())["checkpoint"] == "fold0/best.ckpt"
+    for record in (store.read("key", 0), ResultsStore(tmp_path / "docs" / "results").read("key", 0)):
+        assert Path(record.checkpoint).read_bytes() == b"weights" and Path(record.tokenizer_dir).is_dir()
+
+
+def test_the_committed_file_keeps_the_probabilities_and_older_files_still_load(tmp_path):
+    # A study commits fold<k>.predicted.npz: with the probabilities, so that an ensemble is rebuilt
+    # from the records alone; older code's copy held the classes only and its probabilities lay in
+    # a git-ignored fold<k>.predictions.npz.
     store = ResultsStore(tmp_path)
     predictions = some_predictions(np.random.default_rng(1))
     store.put("key", 0, small_record(predictions=predictions))
-    full, classes = tmp_path / "key" / "fold0.predictions.npz", tmp_path / "key" / "fold0.predicted.npz"
-    assert classes.stat().st_size < full.stat().st_size
-    full.unlink()
+    committed = tmp_path / "key" / "fold0.predicted.npz"
+    with np.load(committed) as stored:
+        assert stored["validation_probs"].dtype == np.float16
+        assert np.array_equal(stored["scored_probs"], predictions.scored.probs)
+
+    predictions.save(committed, with_probs=False)  # as older code committed it
     loaded = store.read("key", 0).predictions
     for part in ("scored", "validation"):
         for name in ("index", "label", "predicted"):
             assert np.array_equal(getattr(getattr(predictions, part), name), getattr(getattr(loaded, part), name))
         assert getattr(loaded, part).probs is None
+    predictions.save(tmp_path / "key" / "fold0.predictions.npz")  # older code's full copy beside it
+    assert np.array_equal(store.read("key", 0).predictions.validation.probs, predictions.validation.probs)
+    store.put("key", 0, small_record(predictions=predictions))  # trained again: one file
+    assert sorted(p.name for p in (tmp_path / "key").glob("*.npz")) == ["fold0.predicted.npz"]
+
+
+def test_a_fold_keeps_its_probabilities_in_a_small_file(tmp_path):
+    # A fold of all of train (9,000 scored titles) and validation-a (4,553): float16, compressed.
+    rng = np.random.default_rng(2)
+    sharp = lambda n: rng.dirichlet(np.full(NUM_CLASSES, 0.2), size=n)  # noqa: E731 - peaked, as trained models give
+    predictions = FoldPredictions(
+        TitlePredictions.of(np.arange(9000), rng.integers(0, NUM_CLASSES, 9000), sharp(9000)),
+        TitlePredictions.of(np.arange(4553), rng.integers(0, NUM_CLASSES, 4553), sharp(4553)),
+    )
+    ResultsStore(tmp_path).put("key", 0, small_record(predictions=predictions))
+    assert (tmp_path / "key" / "fold0.predicted.npz").stat().st_size < 260_000  # float32 would be twice that
 
 
 def test_predicted_classes_come_from_the_full_precision_probabilities():
@@ -225,7 +261,7 @@ def test_per_title_predictions_are_stored_and_equal_the_models_outputs(tmp_path)
     assert [e["epoch"] for e in fold["learning_curve"]] == list(range(1, fold["epochs_run"] + 1))
 
     store = ResultsStore(tmp_path / "results")
-    assert (store.root / metrics["config_hash"] / "fold0.predictions.npz").is_file()
+    assert (store.root / metrics["config_hash"] / "fold0.predicted.npz").is_file()
     record = store.read(metrics["config_hash"], 0)
     module, tokenizer = load_fold(record)
     data, held = read_labelled_file(train), read_labelled_file(validation)

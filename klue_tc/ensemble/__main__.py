@@ -1,0 +1,5 @@
+import sys
+
+from klue_tc.ensemble.cli import main
+
+sys.exit(main())

@@ -1,0 +1,42 @@
+"""Temperature scaling (Guo et al. 2017): one scalar per member that softens or sharpens its
+probabilities, chosen by the log-loss of its out-of-fold predictions; it never changes a single
+model's predicted class, only how much its vote weighs beside the others'."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax, softmax
+
+# float16 probabilities round the smallest to 0: their logarithm is floored here.
+SMALLEST = 1e-7
+# The temperatures searched (log-spaced): wide enough for an SVM's margins and a sharp network alike.
+BOUNDS = (0.02, 50.0)
+
+
+def logits_of(probs: np.ndarray) -> np.ndarray:
+    """Log-probabilities, which softmax turns back into `probs` (at temperature 1)."""
+    return np.log(np.clip(np.asarray(probs, dtype=np.float64), SMALLEST, None))
+
+
+def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / T), float32: T > 1 softens, T < 1 sharpens."""
+    return softmax(np.asarray(logits, dtype=np.float64) / temperature, axis=1).astype(np.float32)
+
+
+def log_loss(logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0) -> float:
+    """The mean negative log-probability of the true class."""
+    scaled = log_softmax(np.asarray(logits, dtype=np.float64) / temperature, axis=1)
+    return float(-scaled[np.arange(len(labels)), labels].mean())
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The temperature of least log-loss on these titles (scores or log-probabilities)."""
+    labels = np.asarray(labels, dtype=int)
+    found = minimize_scalar(
+        lambda log_t: log_loss(logits, labels, float(np.exp(log_t))),
+        bounds=tuple(np.log(BOUNDS)),
+        method="bounded",
+        options={"xatol": 1e-4},
+    )
+    return float(np.exp(found.x))

@@ -1,0 +1,111 @@
+"""python -m klue_tc.ensemble: the ensemble of a sweep's records, its report and its artefact."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+from klue_tc.config import EVAL_BATCH_SIZE, WandbConfig
+from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, METRICS, PATIENCE
+from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
+
+ARTEFACT_DIR = "ensemble-model"  # the artefact's default place, in the directory reported on
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = WandbConfig()
+    parse = argparse.ArgumentParser(
+        prog="python -m klue_tc.ensemble",
+        description="Fold and cross-design ensembles of a sweep's records with the linear baselines as members, "
+        "chosen on out-of-fold predictions only; ensemble.md, ensemble.csv and a servable folder.",
+    )
+    parse.add_argument("directory", type=Path, help="a sweep directory or results store (its records)")
+    parse.add_argument(
+        "--validation",
+        type=Path,
+        help="a labelled file to score instead of the runs' validation titles (every member's fold models score it)",
+    )
+    parse.add_argument(
+        "--metric",
+        choices=METRICS,
+        default=LOG_LOSS,
+        help=f"what the selection maximises out of fold (default {LOG_LOSS})",
+    )
+    parse.add_argument(
+        "--rounds", type=int, default=MAX_ROUNDS, help=f"selection rounds at most (default {MAX_ROUNDS})"
+    )
+    parse.add_argument(
+        "--patience", type=int, default=PATIENCE, help=f"rounds without a gain before it stops (default {PATIENCE})"
+    )
+    parse.add_argument("--no-baselines", action="store_true", help="leave the linear baselines out of the members")
+    parse.add_argument(
+        "--artefact", type=Path, help=f"where to write the servable ensemble (default DIRECTORY/{ARTEFACT_DIR})"
+    )
+    parse.add_argument("--no-artefact", action="store_true", help="write the report only")
+    parse.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
+    parse.add_argument("--wandb", action="store_true", help="also log the tables as one W&B run")
+    parse.add_argument("--project", default=defaults.project, help=f"W&B project (default: {defaults.project})")
+    parse.add_argument("--mode", default=defaults.mode, choices=["offline", "online"])
+    return parse
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.rounds < 1 or args.patience < 1 or args.batch_size < 1:
+        parser().error("--rounds, --patience and --batch-size must be positive")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    from klue_tc.ensemble.artefact import ArtefactError, write_artefact
+    from klue_tc.ensemble.report import log_to_wandb, write_files
+    from klue_tc.ensemble.stage import build_ensemble
+
+    command = shlex.join(["python", "-m", "klue_tc.ensemble", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        if args.validation is not None and not args.validation.is_file():
+            raise KlueTcError(f"{args.validation}: file not found")
+        ensemble = build_ensemble(
+            args.directory,
+            args.validation,
+            args.rounds,
+            args.patience,
+            args.metric,
+            not args.no_baselines,
+            args.batch_size,
+        )
+        files = write_files(ensemble, command)
+        artefact = None
+        if not args.no_artefact:
+            try:
+                artefact = write_artefact(ensemble, args.artefact or args.directory / ARTEFACT_DIR)
+            except ArtefactError as err:
+                if args.artefact is not None:
+                    raise
+                logging.warning("no artefact: %s", err)
+    except KlueTcError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    if args.wandb:
+        log_to_wandb(ensemble, WandbConfig(project=args.project, mode=args.mode), args.directory.resolve().name)
+    for note in ensemble.notes:
+        print(f"note: {note}")
+    print(summary_line(ensemble))
+    print(
+        f"ensemble: {files[0]} ({files[1].name} beside it)"
+        + (f"; serve it: python -m klue_tc.predict {artefact} TITLE" if artefact else "")
+    )
+    return 0
+
+
+def summary_line(ensemble) -> str:
+    chosen = ", ".join(f"{m.name} {w:.2f}" for m, w in ensemble.chosen)
+    line = f"chosen out of fold: {chosen}; OOF macro-F1 {ensemble.selection.oof_f1:.4f}"
+    scored = ensemble.validation
+    if scored is not None:
+        line += f"; validation macro-F1 {scored.f1:.4f} ({scored.low:.4f}..{scored.high:.4f})"
+        line += "".join(
+            f"; minus {d.versus} {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})" for d in scored.differences
+        )
+    return line

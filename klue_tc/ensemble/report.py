@@ -1,0 +1,227 @@
+"""The ensemble's files: ensemble.md (what was chosen, how, and how it scores against its best
+member and the linear baselines), ensemble.csv (a row per candidate member, the ensemble, and each
+comparison), and, when asked, one W&B run holding both tables."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from klue_tc.config import WandbConfig
+from klue_tc.ensemble.members import LINEAR
+from klue_tc.ensemble.scoring import signed
+from klue_tc.ensemble.selection import F1, macro_f1_of
+from klue_tc.ensemble.stage import Ensemble
+from klue_tc.report.grid_model import CONFIDENCE
+from klue_tc.report.title_bootstrap import RESAMPLES
+
+log = logging.getLogger(__name__)
+
+CSV_COLUMNS = [
+    "role",  # candidate, ensemble or comparison
+    "name",
+    "kind",
+    "key",
+    "folds",
+    "votes",
+    "temperature",
+    "weight",
+    "oof_f1",
+    "validation_f1",
+    "validation_f1_low",
+    "validation_f1_high",
+    "fold_models_validation_f1",
+    "versus",
+    "difference",
+    "difference_low",
+    "difference_high",
+]
+METRIC_WORDS = {F1: "macro-F1", "log_loss": "log-loss"}
+
+
+def f3(value: Optional[float]) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def member_rows(ensemble: Ensemble) -> list[dict]:
+    labels = ensemble.titles.labels
+    scores = ensemble.validation.members if ensemble.validation else {}
+    return [
+        {
+            "role": "candidate",
+            "name": member.name,
+            "kind": member.kind,
+            "key": member.key,
+            "folds": len(member.folds),
+            "votes": member.votes,
+            "temperature": None if member.votes else member.temperature,
+            "weight": weight,
+            "oof_f1": macro_f1_of(labels, member.oof),
+            "validation_f1": scores.get(member.key),
+            "fold_models_validation_f1": member.fold_validation_f1,
+        }
+        for member, weight in zip(ensemble.members, ensemble.weights.values())
+    ]
+
+
+def csv_frame(ensemble: Ensemble) -> pd.DataFrame:
+    rows = member_rows(ensemble)
+    scored = ensemble.validation
+    rows.append(
+        {
+            "role": "ensemble",
+            "name": "ensemble",
+            "weight": 1.0,
+            "oof_f1": ensemble.selection.oof_f1,
+            "validation_f1": scored.f1 if scored else None,
+            "validation_f1_low": scored.low if scored else None,
+            "validation_f1_high": scored.high if scored else None,
+        }
+    )
+    for difference in scored.differences if scored else []:
+        rows.append(
+            {
+                "role": "comparison",
+                "name": f"ensemble - {difference.versus}",
+                "versus": difference.versus,
+                "difference": difference.difference,
+                "difference_low": difference.low,
+                "difference_high": difference.high,
+            }
+        )
+    return pd.DataFrame(rows, columns=CSV_COLUMNS).astype({"folds": "Int64"})
+
+
+def table(rows: list[list], header: list[str]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+
+
+def markdown(ensemble: Ensemble, command: str) -> str:
+    selection, members = ensemble.selection, ensemble.members
+    scored = ensemble.validation
+    linear = sum(m.kind == LINEAR for m in members)
+    rows = member_rows(ensemble)
+    baselines = f"{linear} linear baselines on the same folds" if linear else "no linear baseline"
+    lines = [
+        f"# Ensemble: {ensemble.directory}",
+        "",
+        f"Written by `{command}`.",
+        "",
+        f"{len(members)} candidate members ({len(members) - linear} configurations whose fold models score every "
+        f"training title once, {baselines}), on "
+        f"{len(ensemble.titles.labels):,} training titles out of fold"
+        + (f" and {len(ensemble.titles.validation_labels):,} validation titles ({scored.source})." if scored else "."),
+        f"Each member's temperature minimises its out-of-fold log-loss; greedy forward selection with "
+        f"replacement (Caruana et al. 2004) by out-of-fold {METRIC_WORDS[selection.metric]} kept "
+        f"{selection.kept_rounds} of {len(selection.f1)} rounds; a member's weight is how often it was chosen. "
+        "The validation titles chose nothing: they only score the result.",
+        "",
+        "## The ensemble",
+        "",
+    ]
+    chosen = [
+        [row["name"], row["kind"], f"{row['weight']:.3f}", "votes" if row["votes"] else f"{row['temperature']:.3f}"]
+        + [f3(row["oof_f1"]), f3(row["validation_f1"])]
+        for row in rows
+        if row["weight"] > 0
+    ]
+    chosen.append(
+        ["**ensemble**", "", "1", "", f3(selection.oof_f1)]
+        + [f"**{f3(scored.f1)}** ({scored.low:.4f}..{scored.high:.4f})" if scored else "–"]
+    )
+    lines += table(
+        chosen,
+        ["member", "kind", "weight", "temperature", "OOF macro-F1", "validation macro-F1 (fold ensemble)"],
+    )
+    lines += ["", "Its out-of-fold score chose it and is flattered; the validation score is not.", ""]
+    if scored:
+        lines += [
+            "## Against its best member and the linear baselines",
+            "",
+            f"On the validation titles, each side as its own fold ensemble; {CONFIDENCE * 100:g} % intervals of "
+            f"the difference from a paired bootstrap of the titles ({RESAMPLES} resamples, percentile). "
+            f"The best member is the one of best out-of-fold {METRIC_WORDS[selection.metric]} (the first chosen).",
+            "",
+        ]
+        lines += table(
+            [
+                [d.versus, f3(scored.members.get(key_of(ensemble, d.versus))), signed(d.difference)]
+                + [f"{d.low:+.4f}..{d.high:+.4f}", d.verdict]
+                for d in scored.differences
+            ],
+            ["ensemble minus", "its validation macro-F1", "difference", "interval", "verdict"],
+        )
+        lines.append("")
+    lines += ["## Every candidate's fold ensemble", ""]
+    lines += table(
+        [
+            [row["name"], row["folds"], f3(row["oof_f1"]), f3(row["fold_models_validation_f1"])]
+            + [f3(row["validation_f1"]), gain(row)]
+            for row in rows
+        ],
+        [
+            "member",
+            "folds",
+            "OOF macro-F1",
+            "validation: fold models alone (mean)",
+            "validation: fold ensemble",
+            "gain",
+        ],
+    )
+    lines += ["", "The fold ensemble averages the fold models' calibrated probabilities (votes where none were kept)."]
+    if ensemble.notes:
+        lines += ["", "## Notes", "", *(f"- {note}" for note in ensemble.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def key_of(ensemble: Ensemble, name: str) -> str:
+    return next(m.key for m in ensemble.members if m.name == name)
+
+
+def gain(row: dict) -> str:
+    if row["validation_f1"] is None or row["fold_models_validation_f1"] is None:
+        return "–"
+    return signed(row["validation_f1"] - row["fold_models_validation_f1"])
+
+
+def write_files(ensemble: Ensemble, command: str) -> list[Path]:
+    directory = ensemble.directory
+    (directory / "ensemble.md").write_text(markdown(ensemble, command), encoding="utf-8")
+    csv_frame(ensemble).to_csv(directory / "ensemble.csv", index=False)
+    return [directory / "ensemble.md", directory / "ensemble.csv"]
+
+
+def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]) -> None:
+    """One W&B run holding the tables; a failure is one warning: the files are the record."""
+    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+    from klue_tc.report.wandb_run import for_wandb
+
+    directory = ensemble.directory
+    run = open_wandb_run(settings, directory, f"ensemble-{group or directory.name}", group, "ensemble")
+    if run is None:
+        return
+    try:
+        import wandb
+
+        frame = csv_frame(ensemble)
+        summary = {"ensemble/oof_f1": ensemble.selection.oof_f1}
+        if ensemble.validation:
+            summary["ensemble/validation_f1"] = ensemble.validation.f1
+            summary |= {f"ensemble/minus {d.versus}": d.difference for d in ensemble.validation.differences}
+        run.log(
+            {
+                "ensemble_members": wandb.Table(dataframe=for_wandb(frame[frame["role"] != "comparison"])),
+                "ensemble_comparisons": wandb.Table(dataframe=for_wandb(frame[frame["role"] == "comparison"])),
+                **summary,
+            }
+        )
+    except Exception as err:
+        log.warning(
+            "ensemble not logged to W&B (%s: %s)", type(err).__name__, str(err).splitlines()[0] if str(err) else ""
+        )
+    finish_wandb_run(run)

@@ -1,0 +1,184 @@
+"""The ensemble stage: the candidate members read from a sweep's records (and the linear baselines
+fitted on the same folds), each member's temperature and the selection chosen on the out-of-fold
+predictions alone, then scored on the validation titles against its best member and the baselines,
+each as its own fold ensemble."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from klue_tc.config import EVAL_BATCH_SIZE
+from klue_tc.data import LABEL_NAMES
+from klue_tc.ensemble.calibration import fit_temperature, logits_of
+from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
+from klue_tc.ensemble.scoring import Difference, PairedTitles
+from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
+from klue_tc.errors import KlueTcError
+from klue_tc.records import FoldResult
+
+log = logging.getLogger(__name__)
+
+VOTES_LINE = (
+    "{n} of {total} members' records keep no probabilities (made by older code, or a run directory's copy "
+    "without its results store): they take part by their fold models' votes (one-hot classes), without a "
+    "temperature"
+)
+
+
+class EnsembleError(KlueTcError):
+    """The records cannot make an ensemble."""
+
+
+@dataclass
+class ValidationScores:
+    source: str  # the file, or the runs' validation titles
+    f1: float  # the ensemble's
+    low: float
+    high: float
+    members: dict[str, float]  # each member's fold ensemble
+    differences: list[Difference]  # the ensemble minus its best member and each baseline
+
+
+@dataclass
+class Ensemble:
+    directory: Path
+    members: list[Member]  # every candidate, in the library's order
+    titles: Titles
+    selection: Selection
+    label_names: list[str]
+    notes: list[str] = field(default_factory=list)
+    validation: Optional[ValidationScores] = None
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {m.key: float(w) for m, w in zip(self.members, self.selection.weights)}
+
+    @property
+    def chosen(self) -> list[tuple[Member, float]]:
+        return [(m, float(w)) for m, w in zip(self.members, self.selection.weights) if w > 0]
+
+    @property
+    def best_member(self) -> Member:
+        """The member of highest out-of-fold macro-F1 (of equals, the lower log-loss): the selection's first pick."""
+        return self.members[self.selection.order[0]]
+
+    def combine(self, parts: Sequence[Optional[np.ndarray]]) -> Optional[np.ndarray]:
+        """The weighted mean of the members' calibrated probabilities (None where a chosen one has none)."""
+        used = [(p, w) for p, w in zip(parts, self.selection.weights) if w > 0]
+        if any(p is None for p, _ in used):
+            return None
+        return sum(w * p for p, w in used)
+
+    def oof_probs(self) -> np.ndarray:
+        return self.combine([m.calibrated_oof for m in self.members])
+
+    def validation_probs(self) -> Optional[np.ndarray]:
+        return self.combine([m.fold_ensemble() for m in self.members])
+
+
+def label_names_of(records: Sequence[FoldResult], classes: int) -> list[str]:
+    """The classes' names in id order, as the records' validation scores name them (YNAT's else)."""
+    for record in records:
+        named = list(record.validation.per_class_f1) if record.validation else []
+        if len(named) == classes:
+            return named
+    return list(LABEL_NAMES) if classes == len(LABEL_NAMES) else [str(k) for k in range(classes)]
+
+
+def rescored_on(
+    members: Sequence[Member], path: Path, label_names: list[str], batch_size: int
+) -> tuple[np.ndarray, str]:
+    """Every member's fold models on the titles of `path` (labelled): their probabilities replace
+    the records' validation ones; a member whose models are not on disk is left unscored."""
+    from klue_tc.data import read_labelled_file
+    from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
+
+    titles = read_labelled_file(path, label_names=label_names)
+    for member in members:
+        try:
+            if member.kind == LINEAR:
+                probs = [
+                    linear_fold_probs(f.model, f.temperature, titles.texts, len(label_names)) for f in member.folds
+                ]
+            else:
+                probs = [
+                    neural_fold_probs(Path(r.checkpoint or ""), Path(r.tokenizer_dir), titles.texts, batch_size)
+                    for r in member.folds
+                ]
+        except (FileNotFoundError, IsADirectoryError, OSError) as err:
+            log.warning("%s: its fold models cannot score %s (%s): left unscored", member.name, path, err)
+            member.validation = None
+            continue
+        member.validation = [as_votes(p) for p in probs] if member.votes else probs
+        member.fold_validation_f1 = float(np.mean([macro_f1_of(titles.labels, p) for p in probs]))
+    return titles.labels.astype(np.int64), str(path)
+
+
+def library(directory: Path, baselines: bool, models: bool) -> tuple[list[Member], Titles, list[str], list[str]]:
+    """The candidate members, the titles they are scored on, the classes' names and the notes."""
+    from klue_tc.ensemble.linear import linear_members
+    from klue_tc.ensemble.sources import ensemble_records
+    from klue_tc.report.loading import run_recipe
+
+    records = ensemble_records(directory)
+    if not records:
+        raise EnsembleError(f"{directory}: no finished fold record (metrics.json or a results store) below it")
+    members, titles, notes = neural_members(records)
+    if titles is None:
+        raise EnsembleError(f"{directory}: no configuration scores every training title once: " + "; ".join(notes))
+    if baselines:
+        linear, said = linear_members(run_recipe(directory), directory, titles, models)
+        members += linear
+        notes += said
+    return members, titles, label_names_of(records, members[0].oof.shape[1]), notes
+
+
+def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScores]:
+    labels = ensemble.titles.validation_labels
+    probs = ensemble.validation_probs()
+    if labels is None or probs is None:
+        return None
+    paired = PairedTitles(labels, probs.shape[1])
+    predicted = probs.argmax(1)
+    sides = {m.key: m.fold_ensemble() for m in ensemble.members}
+    scores = {key: paired.f1(p.argmax(1)) for key, p in sides.items() if p is not None}
+    best = ensemble.best_member
+    against = [best] + [m for m in ensemble.members if m.kind == LINEAR and m is not best]
+    differences = [
+        paired.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against if sides[m.key] is not None
+    ]
+    low, high = paired.interval(predicted)
+    return ValidationScores(source, paired.f1(predicted), low, high, scores, differences)
+
+
+def build_ensemble(
+    directory: str | Path,
+    validation_file: Optional[Path] = None,
+    max_rounds: int = MAX_ROUNDS,
+    patience: int = PATIENCE,
+    metric: str = LOG_LOSS,
+    baselines: bool = True,
+    batch_size: int = EVAL_BATCH_SIZE,
+) -> Ensemble:
+    """The ensemble of the records below `directory`; `validation_file` (labelled) replaces the
+    runs' validation titles, scored by every member's fold models."""
+    directory = Path(directory)
+    members, titles, label_names, notes = library(directory, baselines, models=validation_file is not None)
+    voting = [m for m in members if m.votes]
+    if voting:
+        notes.append(VOTES_LINE.format(n=len(voting), total=len(members)))
+    source = "the runs' validation titles"
+    if validation_file is not None:
+        titles.validation_labels, source = rescored_on(members, validation_file, label_names, batch_size)
+    for member in members:  # the out-of-fold titles alone choose each temperature
+        if not member.votes:
+            member.temperature = fit_temperature(logits_of(member.oof), titles.labels)
+    selection = greedy_selection([m.calibrated_oof for m in members], titles.labels, max_rounds, patience, metric)
+    ensemble = Ensemble(directory, members, titles, selection, label_names, notes)
+    ensemble.validation = score_validation(ensemble, source)
+    return ensemble
