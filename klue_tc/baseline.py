@@ -122,7 +122,7 @@ def score_on_folds(
 
     from sklearn.metrics import confusion_matrix, f1_score
 
-    from klue_tc.data import stratified_folds, stratified_subsample, training_titles, validation_titles
+    from klue_tc.data import duplicate_groups, stratified_subsample, title_folds, training_titles, validation_titles
     from klue_tc.files import atomic_write_text
 
     # The runs said where their titles came from; the report reading them again need not.
@@ -134,6 +134,8 @@ def score_on_folds(
         "seed": cv.seed,
         "validation": validation.fingerprint() if validation else None,
     }
+    if duplicate_groups(data.texts) is not None:  # its folds keep a title's copies together, as the runs' do
+        key["grouped_duplicates"] = True
     if baseline is not TFIDF_SVM:  # the TF-IDF baseline's caches keep their keys
         key["baseline"] = baseline.name
     if validation is not None:
@@ -147,7 +149,7 @@ def score_on_folds(
         if stored.get("key") == key:
             return stored["folds"]
     rows = []
-    for fold, (train, held) in enumerate(stratified_folds(data.labels, key["folds"], key["seed"])):
+    for fold, (train, held) in enumerate(title_folds(data, key["folds"], key["seed"])):
         texts = [data.texts[i] for i in train]
         if inner_fraction is None:
             model, chosen = baseline.pipeline().fit(texts, data.labels[train]), {}

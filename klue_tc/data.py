@@ -583,12 +583,31 @@ def load_splitters() -> None:
     importlib.import_module("sklearn.model_selection")
 
 
-def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere."""
-    from sklearn.model_selection import StratifiedKFold  # here: a bad override fails before this import
+def stratified_folds(
+    labels: np.ndarray, folds: int, seed: int, groups: np.ndarray | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere.
+    With `groups`, the titles of a group are kept in one fold (scikit-learn's StratifiedGroupKFold)."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold  # here: a bad override fails first
 
-    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    splitter = (StratifiedKFold if groups is None else StratifiedGroupKFold)(
+        n_splits=folds, shuffle=True, random_state=seed
+    )
     try:
-        return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]
+        return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels, groups)]
     except ValueError as err:  # more folds than titles, or than the titles of every class
         raise DataError(f"cv.folds={folds}: too many folds for {len(labels)} titles ({err})") from None
+
+
+def duplicate_groups(texts: Sequence[str]) -> np.ndarray | None:
+    """One group id per distinct title, so that a title's copies never sit on both sides of a fold;
+    None where every title is distinct (KLUE YNAT): its folds stay the plain stratified ones that
+    every stored record was made on."""
+    ids: dict[str, int] = {}
+    groups = np.fromiter((ids.setdefault(text, len(ids)) for text in texts), dtype=np.int64, count=len(texts))
+    return groups if len(ids) < len(texts) else None
+
+
+def title_folds(data: LabelledTitles, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The job's folds: stratified, each title's copies in one fold."""
+    return stratified_folds(data.labels, folds, seed, duplicate_groups(data.texts))

@@ -6,6 +6,7 @@ every fold has trained.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +15,18 @@ from typing import Optional
 import numpy as np
 
 from klue_tc.config import RunConfig
-from klue_tc.data import LabelledTitles, stratified_subsample, training_titles, validation_titles
+from klue_tc.data import (
+    LabelledTitles,
+    duplicate_groups,
+    stratified_subsample,
+    title_folds,
+    training_titles,
+    validation_titles,
+)
 from klue_tc.errors import ConfigError, DataError, ResourceError
 from klue_tc.registry import TOKENIZERS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,18 +47,64 @@ def require_writable(folder: Path, what: str) -> None:
         raise ResourceError(f"{what} {folder} is not writable ({existing} does not allow it)")
 
 
-def check_folds(data: LabelledTitles, folds: int) -> None:
-    """Stratified k-fold needs every class to have at least k titles."""
+def check_folds(data: LabelledTitles, folds: int, seed: int) -> None:
+    """Every class present can be stratified over the folds (a distinct title for each fold) and
+    keeps two titles in every training fold (the inner split that chooses the epoch holds one out)."""
     counts = np.bincount(data.labels, minlength=data.num_classes)
-    present = counts > 0
-    if present.sum() < 2:
-        raise DataError(f"{data.source}: the titles hold {int(present.sum())} class(es); classification needs two")
-    fewest = int(np.argmin(np.where(present, counts, np.iinfo(np.int64).max)))
-    if counts[fewest] < folds:
+    present = np.flatnonzero(counts)
+    if len(present) < 2:
+        only = data.label_names[present[0]]
+        raise DataError(
+            f"{data.source}: every title is of one class ({only}, {counts[present[0]]} titles); a classifier needs "
+            "titles of at least two classes: add titles of another class (or name the label column with "
+            "data.label_column=)"
+        )
+    groups = duplicate_groups(data.texts)
+    distinct = counts if groups is None else np.array([len(set(groups[data.labels == c])) for c in range(len(counts))])
+    fewest = present[np.argmin(distinct[present])]
+    name, have = data.label_names[fewest], int(distinct[fewest])
+    if have < folds:
+        copies = f" ({counts[fewest]} rows: copies of a title count once)" if have < counts[fewest] else ""
+        fix = f"lower cv.folds to {have} or add titles of {name}" if have >= 3 else f"add titles of {name}, 3 at least"
         raise DataError(
             f"{data.source}: cv.folds={folds} needs at least {folds} titles of every class present; "
-            f"{data.label_names[fewest]} has {counts[fewest]} (lower cv.folds or use more titles)"
+            f"{name} has {have}{copies}: {fix}"
         )
+    for fold, (train, _) in enumerate(title_folds(data, folds, seed)):
+        in_training = np.bincount(data.labels[train], minlength=data.num_classes)
+        short = [c for c in present if in_training[c] < 2]
+        if short:
+            name = data.label_names[short[0]]
+            raise DataError(
+                f"{data.source}: class {name} keeps {in_training[short[0]]} title(s) in fold {fold}'s training part "
+                f"({counts[short[0]]} in all), and choosing the epoch needs two (the inner split holds one out): "
+                f"add titles of {name} or change cv.folds"
+            )
+
+
+def report_duplicates(data: LabelledTitles) -> None:
+    """One line for titles that appear more than once (each kept in one fold with its copies), with
+    those whose copies carry different labels counted and one shown."""
+    groups = duplicate_groups(data.texts)
+    if groups is None:
+        return
+    sizes = np.bincount(groups)
+    repeated = np.flatnonzero(sizes > 1)
+    labels_of = {g: sorted(set(data.labels[groups == g].tolist())) for g in repeated}
+    conflicting = [g for g in repeated if len(labels_of[g]) > 1]
+    line = (
+        f"{data.source}: {len(repeated)} title(s) appear more than once ({int(sizes[repeated].sum())} rows); "
+        "each title's rows are kept in one fold"
+    )
+    if conflicting:
+        g = conflicting[0]
+        rows = np.flatnonzero(groups == g)
+        example = ", ".join(f"{data.label_names[c]} x{int((data.labels[rows] == c).sum())}" for c in labels_of[g])
+        line += (
+            f"; {len(conflicting)} of them carry different labels (e.g. {data.texts[rows[0]]!r}: {example}): "
+            "check those rows"
+        )
+    log.warning(line)
 
 
 def check_inputs(run: RunConfig, run_dir: Path, results_root: Path) -> JobInputs:
@@ -59,7 +115,8 @@ def check_inputs(run: RunConfig, run_dir: Path, results_root: Path) -> JobInputs
     if run.data.limit is not None and run.data.limit > len(data):
         raise ConfigError(f"data.limit={run.data.limit} is above the {len(data)} titles of {data.source}")
     data = stratified_subsample(data, run.data.limit, run.seed)
-    check_folds(data, run.cv.folds)
+    check_folds(data, run.cv.folds, run.cv.seed)
+    report_duplicates(data)
     validation = validation_titles(run.data, data.label_names)
     tokenizer_identity = TOKENIZERS[run.tokenizer.name].build.content_identity(run.tokenizer)
     from klue_tc.hardware import require_asked_gpu  # torch: only once the files are known to be good

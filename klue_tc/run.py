@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from klue_tc import interrupts
 from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
 from klue_tc.corpus import gather_sources
-from klue_tc.data import stratified_folds
+from klue_tc.data import title_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.job_context import FirstStepClock, JobContext
@@ -144,7 +144,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         from klue_tc.tokenizers import TokenizerCache
 
         quiet_libraries()
-    splits = stratified_folds(job.inputs.train.labels, job.run.cv.folds, job.run.cv.seed)
+    splits = title_folds(job.inputs.train, job.run.cv.folds, job.run.cv.seed)
     cache = TokenizerCache(job.run.data.cache_dir)
     progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:

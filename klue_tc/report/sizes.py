@@ -70,13 +70,13 @@ class ModelBuilder:
         return measure(model, lengths, tokenizer.specials.cls)
 
     def _fold(self, run, fold: int):
-        from klue_tc.data import stratified_folds, stratified_subsample, training_titles
+        from klue_tc.data import stratified_subsample, title_folds, training_titles
 
         key = repr((run.data.path, run.data.title_column, run.data.label_column, run.data.labels, run.data.limit))
         key += repr((run.seed, run.cv.folds, run.cv.seed))
         if key not in self._titles:
             data = stratified_subsample(training_titles(run.data, announce_fallback=False), run.data.limit, run.seed)
-            self._titles[key] = (data, stratified_folds(data.labels, run.cv.folds, run.cv.seed))
+            self._titles[key] = (data, title_folds(data, run.cv.folds, run.cv.seed))
         data, folds = self._titles[key]
         return data, folds[fold]
 
