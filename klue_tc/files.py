@@ -14,6 +14,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -206,15 +207,64 @@ def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
 
 
 def link_or_copy(source: Path, target: Path) -> None:
-    """A hard link (no space, the same bytes), or a copy across file systems."""
+    """A hard link (no space, the same bytes), or a copy across file systems, renamed into place: a
+    second job of the same run directory reading `target` meanwhile never finds it gone or half
+    copied. Nothing is done where `target` already is `source`."""
     target = Path(target)
-    target.unlink(missing_ok=True)
+    if _same_file(source, target):
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copy2(source, tmp)
+        os.replace(tmp, target)  # a no-op, leaving tmp, where another job linked the same file meanwhile
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def link_or_copy_tree(source: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, copy_function=link_or_copy)
+    """`link_or_copy` for a folder: built beside `target`, then swapped in; nothing is done where
+    `target` already holds `source`'s files (what an identical job of the same run directory left)."""
+    source, target = Path(source), Path(target)
+    if _same_tree(source, target):
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    replaced = []
+    try:
+        shutil.copytree(source, tmp, copy_function=link_or_copy)
+        for _ in range(10):  # another job may put its own folder there between the two renames
+            replaced.append(target.with_name(f".{target.name}.{uuid.uuid4().hex}.old"))
+            with contextlib.suppress(FileNotFoundError):
+                target.rename(replaced[-1])
+            try:
+                tmp.rename(target)
+                return
+            except OSError:
+                if _same_tree(source, target):
+                    return
+        raise OSError(f"{target}: replaced by other jobs ten times while this one replaced it")
+    finally:
+        for folder in (tmp, *replaced):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _same_tree(source: Path, target: Path) -> bool:
+    """Every file of `source` is its counterpart in `target` (one inode, by a hard link), and no more."""
+    try:
+        if not target.is_dir():
+            return False
+        names = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+        return names == {p.relative_to(target) for p in target.rglob("*") if p.is_file()} and all(
+            _same_file(source / name, target / name) for name in names
+        )
+    except OSError:  # swapped by another job while it was read
+        return False

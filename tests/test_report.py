@@ -446,3 +446,36 @@ def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "3 configurations share a table cell" in markdown
     assert "the trial Optuna named best (optimization_results.yaml: best value 0.0513)" in markdown
+
+
+def interrupted_half_way(write):
+    """A writer that puts half its bytes where it was asked to, then is interrupted (Ctrl-C, a kill)."""
+
+    def half_then_interrupt(self, target, *args, **kwargs):
+        import io
+
+        buffer = io.BytesIO() if write.__name__ == "savefig" else io.StringIO()
+        if write.__name__ == "savefig":
+            kwargs.setdefault("format", Path(target).suffix.lstrip("."))
+        write(self, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        with open(target, "wb" if isinstance(data, bytes) else "w") as handle:
+            handle.write(data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    return half_then_interrupt
+
+
+@pytest.mark.parametrize("writer", ["savefig", "to_csv"])
+def test_a_report_interrupted_while_it_writes_leaves_the_previous_one_whole(sweep_dir: Path, monkeypatch, writer):
+    from matplotlib.figure import Figure
+
+    write_report(sweep_dir)
+    before = {p: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
+    owner = Figure if writer == "savefig" else pd.DataFrame
+    monkeypatch.setattr(owner, writer, interrupted_half_way(getattr(owner, writer)))
+    with pytest.raises(KeyboardInterrupt):
+        write_report(sweep_dir)
+    after = {p: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
+    assert after.keys() == before.keys()  # nothing half-written beside them either
+    assert [p.name for p in after if after[p] != before[p]] == []

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from klue_tc.errors import KlueTcError
 from klue_tc.records import FoldResult, ModelSize
+from klue_tc.report.output import save_figure
 from klue_tc.report.sections import Section, configuration_scores, configurations
 
 log = logging.getLogger(__name__)
@@ -270,5 +271,4 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
             if col == 0:
                 ax.set_ylabel(label)
     design_legend(fig, frame, baseline_keys(baselines))
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
