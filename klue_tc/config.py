@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -416,6 +417,10 @@ class PretrainConfig:
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
+
+    def store_dir(self, results_root: Path) -> Path:
+        """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
+        return Path(self.dir).expanduser() if self.dir else results_root.parent / "pretrained"
 
     def checks(self) -> list[Check]:
         return [

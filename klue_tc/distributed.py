@@ -86,7 +86,7 @@ def run_other_rank() -> int:
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
-    from klue_tc.pretraining import PretrainedStore, pretrained_key, store_root
+    from klue_tc.pretraining import PretrainedStore, pretrained_key
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
@@ -104,7 +104,7 @@ def run_other_rank() -> int:
     splits = title_folds(inputs.train, run.cv.folds, run.cv.seed)
     pretraining = run.pretrain.objective != "none"
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
-    pretrained_store = PretrainedStore(store_root(run, Path(plan["results_root"])))
+    pretrained_store = PretrainedStore(run.pretrain.store_dir(Path(plan["results_root"])))
     for k in plan["folds"]:
         train_idx, val_idx = splits[k]
         pretrained = None

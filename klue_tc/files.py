@@ -29,7 +29,7 @@ def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
     for unit in ("bytes", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -50,13 +50,13 @@ def disk_full_error(
         with contextlib.suppress(OSError):
             free = shutil.disk_usage(existing).free
     if needed is not None:
-        need = f"it needs {_size(needed)}"
+        need = f"it needs {human_size(needed)}"
     elif at_least:
-        need = f"it needs more than the {_size(at_least)} written before the disk filled"
+        need = f"it needs more than the {human_size(at_least)} written before the disk filled"
     else:
         need = "it needs more space"
     if free is not None:
-        need += f", {_size(free)} free there"
+        need += f", {human_size(free)} free there"
     return DiskFullError(
         f"{where or 'a file'}: no space left on the device ({need}); nothing half-written was kept: "
         "free some space (or raise the quota) and run the same command again"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -23,7 +25,8 @@ from klue_tc.data import (
     training_titles,
     validation_titles,
 )
-from klue_tc.errors import ConfigError, DataError, ResourceError
+from klue_tc.errors import ConfigError, DataError, DiskFullError, ResourceError
+from klue_tc.files import human_size, is_disk_full
 from klue_tc.registry import TOKENIZERS
 
 log = logging.getLogger(__name__)
@@ -36,15 +39,46 @@ class JobInputs:
     tokenizer_identity: Optional[str]  # the content hash of a published tokenizer model, if one is read
 
 
-def require_writable(folder: Path, what: str) -> None:
-    """The folder, or the nearest folder above it that exists, can be written to (nothing is made)."""
+# Less free than this on a store's disk is a full disk to a job: a small model's checkpoints and
+# training state alone take some megabytes (a large one's, with its EMA, some tens).
+MIN_FREE_BYTES = 16 * 1024 * 1024
+_PROBE = b"\0" * 4096  # a block: a full disk refuses it at the flush, an empty file it still takes
+
+
+def require_writable(folder: Path, what: str, needed: int = MIN_FREE_BYTES) -> None:
+    """The folder, or the nearest folder above it that exists (nothing is made), takes a file and has
+    `needed` bytes free. A file is written, flushed and removed there: a read-only mount, a missing
+    permission or a full disk refuses that, where access() alone would let root through and a full
+    disk would fail only at the first checkpoint, after a fold's training."""
     existing = folder.expanduser().absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         raise ResourceError(f"{what} {folder} cannot be made: {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ResourceError(f"{what} {folder} is not writable ({existing} does not allow it)")
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=existing, prefix=".klue_tc-write-check.")
+        try:
+            os.write(descriptor, _PROBE)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+            os.unlink(probe)
+    except OSError as err:
+        if is_disk_full(err):
+            raise DiskFullError(full_disk_line(folder, what, existing)) from None
+        raise ResourceError(f"{what} {folder} is not writable ({existing}: {err.strerror})") from None
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise DiskFullError(
+            full_disk_line(folder, what, existing, f"{human_size(free)} free, {human_size(needed)} needed")
+        )
+
+
+def full_disk_line(folder: Path, what: str, existing: Path, detail: str = "no space left") -> str:
+    return (
+        f"{what} {folder}: its disk is full ({detail} at {existing}); free some space (or raise the quota), "
+        "or point it at another disk, and run the same command again"
+    )
 
 
 def check_folds(data: LabelledTitles, folds: int, seed: int) -> None:
@@ -111,6 +145,8 @@ def check_inputs(run: RunConfig, run_dir: Path, results_root: Path) -> JobInputs
     require_writable(run_dir, "the run directory")
     require_writable(results_root, "the results store (results.dir)")
     require_writable(Path(os.path.expanduser(run.data.cache_dir)), "the cache (data.cache_dir)")
+    if run.pretrain.objective != "none":
+        require_writable(run.pretrain.store_dir(results_root), "the pretrained-encoder store (pretrain.dir)")
     data = training_titles(run.data)
     if run.data.limit is not None and run.data.limit > len(data):
         raise ConfigError(f"data.limit={run.data.limit} is above the {len(data)} titles of {data.source}")

@@ -176,11 +176,6 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def store_root(run: RunConfig, results_root: Path) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root.parent / "pretrained"
-
-
 class PretrainedStore:
     """One folder per key: the encoder's weights, its tokenizer and what made them; while it
     trains, its resumable state."""

@@ -73,10 +73,10 @@ def start_job(cfg: DictConfig) -> JobContext:
     tolerate_full_disk_in_logs()
     redact_hydra_files(run_dir)
     resolved = redact(job_config(cfg))  # what is written: config.yaml, the store's, W&B's
+    store = ResultsStore(results_root(run))
+    inputs = check_inputs(run, run_dir, store.root)  # the folders it writes first: a full disk is its line
     # The config that produced every number in this directory, resolved, beside metrics.json.
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
-    store = ResultsStore(results_root(run))
-    inputs = check_inputs(run, run_dir, store.root)
     log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
     sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
     return resolve_job(run, resolved, run_dir, inputs, store, clock, sources)
@@ -208,12 +208,12 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key, store_root
+    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    store = PretrainedStore(store_root(run, job.store.root))
+    store = PretrainedStore(run.pretrain.store_dir(job.store.root))
     key = pretrained_key(run, job.device, corpus, identity)
     line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
