@@ -235,8 +235,24 @@ def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[s
             raise DataError(f"{path}: expected a JSON list of records (KLUE layout)")
         return pd.DataFrame.from_records(payload), [f"record {i}" for i in range(1, len(payload) + 1)]
     if suffix in (".csv", ".tsv", ".txt"):
-        return _parse_delimited(path, text, "," if suffix == ".csv" else "\t")
+        text, sep = _separator(text, "," if suffix == ".csv" else "\t")
+        return _parse_delimited(path, text, sep)
     raise DataError(f"{path}: unknown file type {suffix!r}; use .json, .jsonl, .csv or .tsv")
+
+
+def _separator(text: str, usual: str) -> tuple[str, str]:
+    """The file's field separator: Excel's `sep=;` first line names it (the line is then read as a
+    blank one, so that lines keep their numbers); a header without the usual separator but with a
+    semicolon or a tab (a spreadsheet in a comma-decimal locale, a TSV named .csv) uses that."""
+    first, newline, rest = text.partition("\n")
+    named = re.fullmatch(r"sep=(.)\r?", first)
+    if named:
+        return newline + rest, named.group(1)
+    if usual not in first:
+        for other in (";", "\t", ","):
+            if other in first:
+                return text, other
+    return text, usual
 
 
 def _parse_delimited(path: Path, text: str, sep: str) -> tuple[pd.DataFrame, list[str]]:

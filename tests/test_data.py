@@ -417,3 +417,19 @@ def test_the_bundled_train_split_reads_to_the_same_titles_as_ever():
     data = read_labelled_file(BUNDLED_TRAIN)
     digest = hashlib.sha256("".join(f"{t}\n" for t in data.texts).encode("utf-8")).hexdigest()
     assert digest == BUNDLED_TITLES_SHA256 and data.fingerprint() == "370d3256478fe396"
+
+
+def test_a_spreadsheet_csv_in_a_comma_decimal_locale_is_read_by_its_own_separator(tmp_path):
+    """Excel writes `sep=;` first, or separates by semicolons where the comma is the decimal mark."""
+    named = tmp_path / "named.csv"
+    named.write_bytes(
+        b"\xef\xbb\xbf" + 'sep=;\r\ntitle;label\r\n"국회; 본회의";정치\r\n코스피 2,500 돌파;경제\r\n'.encode()
+    )
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text('title;label\n"국회; 본회의";정치\n코스피 2,500 돌파;경제\n', encoding="utf-8")
+    for path in (named, semicolons):
+        data = read_labelled_file(path)
+        assert data.texts == ["국회; 본회의", "코스피 2,500 돌파"] and data.labels.tolist() == [6, 1]
+    named.write_bytes(named.read_bytes() + "반도체;과학\r\n".encode())
+    with pytest.raises(DataError, match=r"named.csv: line 5: unknown label '과학'"):  # lines keep their numbers
+        read_labelled_file(named, label_names=LABEL_NAMES)
