@@ -123,7 +123,7 @@ def score_on_folds(
     from sklearn.metrics import confusion_matrix, f1_score
 
     from klue_tc.data import duplicate_groups, stratified_subsample, title_folds, training_titles, validation_titles
-    from klue_tc.files import atomic_write_text
+    from klue_tc.files import atomic_write_text, read_json_cache
 
     # The runs said where their titles came from; the report reading them again need not.
     data = stratified_subsample(training_titles(data_cfg, announce_fallback=False), data_cfg.limit, seed)
@@ -144,10 +144,9 @@ def score_on_folds(
     if inner_fraction is not None:
         key |= {"inner_fraction": inner_fraction, "C_grid": list(baseline.c_grid)}
     key = json.loads(json.dumps(key))  # as the cache holds it: NB-SVM's (C, beta) pairs as lists
-    if cache is not None and cache.is_file():
-        stored = json.loads(cache.read_text(encoding="utf-8"))
-        if stored.get("key") == key:
-            return stored["folds"]
+    stored = read_json_cache(cache)
+    if isinstance(stored, dict) and stored.get("key") == key and "folds" in stored:
+        return stored["folds"]
     rows = []
     for fold, (train, held) in enumerate(title_folds(data, key["folds"], key["seed"])):
         texts = [data.texts[i] for i in train]

@@ -186,6 +186,18 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
 
 
+def read_json_cache(path: Optional[Path]) -> Any:
+    """A JSON cache's content; None where there is none, or (in one line) where it is cut short or
+    damaged: a cache is built again, never read half."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        log.warning("cache %s is damaged (%s); building it again", path, type(err).__name__)
+        return None
+
+
 @contextlib.contextmanager
 def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
     """Hold `lock` (an flock, released when the process dies); a second holder logs and waits."""

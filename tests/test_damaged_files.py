@@ -234,3 +234,20 @@ def test_damaged_predictions_or_encoded_titles_are_named_and_never_read(tmp_path
         again = cache.encoded(tokenizer, key, titles, "all")
     assert np.array_equal(again.ids, encoded.ids) and isinstance(again, EncodedTitles)
     assert warnings_of(caplog) == [f"cached encoding {stored} is damaged (BadZipFile); encoding again"]
+
+
+def test_a_damaged_report_cache_is_named_and_built_again(tmp_path, caplog):
+    """The linear baselines' scores on the runs' folds are cached beside the report; one cut short
+    (a report killed while writing it with older code, a full disk) is built again, not a traceback."""
+    from conftest import write_tsv
+    from klue_tc.baseline import score_on_folds
+    from klue_tc.config import CVConfig, DataConfig
+
+    data = DataConfig(path=str(write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10))))
+    cache = tmp_path / "baseline.json"
+    rows = score_on_folds(data, CVConfig(folds=2, seed=42), 42, cache)
+    cut_short(cache)
+    with caplog.at_level(logging.WARNING):
+        again = score_on_folds(data, CVConfig(folds=2, seed=42), 42, cache)
+    assert again == rows and json.loads(cache.read_text(encoding="utf-8"))["folds"] == rows
+    assert warnings_of(caplog) == [f"cache {cache} is damaged (JSONDecodeError); building it again"]

@@ -144,14 +144,15 @@ def configuration_sizes(
     a size found once stands; building a hundred models takes minutes on a busy CPU)."""
     import json
 
-    from klue_tc.files import atomic_write_text
+    from klue_tc.files import atomic_write_text, read_json_cache
     from klue_tc.report.loading import configs_in_store, store_roots
 
     recorded = recorded_sizes(records)
     missing = [r for r in records if r.config_hash not in recorded.index]
     if not missing:
         return recorded, []
-    stored = json.loads(cache.read_text(encoding="utf-8")) if cache is not None and cache.is_file() else {}
+    stored = read_json_cache(cache)
+    stored = stored if isinstance(stored, dict) else {}
     known = pd.DataFrame.from_dict(stored, orient="index", columns=SIZE_COLUMNS).rename_axis("config_hash")
     known = known[known.index.isin([r.config_hash for r in missing])]
     missing = [r for r in missing if r.config_hash not in known.index]
