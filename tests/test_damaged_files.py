@@ -251,3 +251,15 @@ def test_a_damaged_report_cache_is_named_and_built_again(tmp_path, caplog):
         again = score_on_folds(data, CVConfig(folds=2, seed=42), 42, cache)
     assert again == rows and json.loads(cache.read_text(encoding="utf-8"))["folds"] == rows
     assert warnings_of(caplog) == [f"cache {cache} is damaged (JSONDecodeError); building it again"]
+
+
+def test_a_damaged_config_in_the_results_store_is_named_and_left_out_of_the_report(tmp_path, caplog):
+    from klue_tc.report.loading import configs_in_store
+
+    for key, text in (("abc", "seed: 1\ncv:\n  folds: 2\n"), ("def", "seed: 1\ncv: {folds: [2")):
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "config.yaml").write_text(text, encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        configs = configs_in_store(tmp_path)
+    assert list(configs) == ["abc"] and configs["abc"].cv.folds == 2
+    assert warnings_of(caplog) == [f"{tmp_path / 'def' / 'config.yaml'} skipped: damaged (ParserError)"]
