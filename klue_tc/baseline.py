@@ -138,8 +138,8 @@ def score_on_folds(
 
     from sklearn.metrics import confusion_matrix, f1_score
 
-    from klue_tc.data import stratified_folds
-    from klue_tc.files import atomic_write_text
+    from klue_tc.data import duplicate_groups, title_folds
+    from klue_tc.files import atomic_write_text, read_json_cache
 
     data, validation = runs_titles(data_cfg, seed)
     key = {
@@ -148,6 +148,8 @@ def score_on_folds(
         "seed": cv.seed,
         "validation": validation.fingerprint() if validation else None,
     }
+    if duplicate_groups(data.texts) is not None:  # its folds keep a title's copies together, as the runs' do
+        key["grouped_duplicates"] = True
     if baseline is not TFIDF_SVM:  # the TF-IDF baseline's caches keep their keys
         key["baseline"] = baseline.name
     if validation is not None:
@@ -156,12 +158,11 @@ def score_on_folds(
     if inner_fraction is not None:
         key |= {"inner_fraction": inner_fraction, "C_grid": list(baseline.c_grid)}
     key = json.loads(json.dumps(key))  # as the cache holds it: NB-SVM's (C, beta) pairs as lists
-    if cache is not None and cache.is_file():
-        stored = json.loads(cache.read_text(encoding="utf-8"))
-        if stored.get("key") == key:
-            return stored["folds"]
+    stored = read_json_cache(cache)
+    if isinstance(stored, dict) and stored.get("key") == key and "folds" in stored:
+        return stored["folds"]
     rows = []
-    for fold, (train, held) in enumerate(stratified_folds(data.labels, key["folds"], key["seed"])):
+    for fold, (train, held) in enumerate(title_folds(data, key["folds"], key["seed"])):
         texts = [data.texts[i] for i in train]
         if inner_fraction is None:
             model, chosen = baseline.pipeline().fit(texts, data.labels[train]), {}

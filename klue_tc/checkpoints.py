@@ -15,7 +15,9 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from klue_tc import interrupts
-from klue_tc.files import atomic_write, atomic_write_bytes
+from klue_tc.checksums import require_sidecar_checksum, sidecar, write_with_sidecar
+from klue_tc.errors import DamagedFileError
+from klue_tc.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,7 @@ def save_weights_only(source: Path, target: Path) -> None:
     """Write to `target` what loading the model needs from the checkpoint `source` (the EMA's full
     checkpoints also hold the optimiser state and the un-averaged weights: 4x the size, over
     hundreds of jobs)."""
+    require_sidecar_checksum(source)
     full = torch.load(source, map_location="cpu", weights_only=False)
     slim = {
         k: full[k]
@@ -35,23 +38,37 @@ def save_weights_only(source: Path, target: Path) -> None:
     save_atomically(slim, target)
 
 
-def save_atomically(checkpoint: dict, path: Path) -> None:
+def save_atomically(checkpoint: dict, path: Path, checksum: bool = False) -> None:
     """Serialised in memory first, so that its size is known and a full disk is an OSError (not
     torch's RuntimeError), then written beside `path` and renamed over it: a later run never
-    reads a checkpoint cut short."""
+    reads a checkpoint cut short. With `checksum`, its SHA-256 beside it (a later run resumes from
+    it only where it matches: torch reads a changed byte without a word)."""
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
-    atomic_write_bytes(Path(path), buffer.getbuffer().tobytes(), suffix=".ckpt.tmp")
+    data = buffer.getbuffer().tobytes()
+    if checksum:
+        write_with_sidecar(Path(path), data, suffix=".ckpt.tmp")
+    else:
+        atomic_write_bytes(Path(path), data, suffix=".ckpt.tmp")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writes (the resumable state, the best weights) made atomic: Lightning's
-    own truncates the file then writes it, so a full disk leaves half a checkpoint in its place."""
+    own truncates the file then writes it, so a full disk leaves half a checkpoint in its place.
+    Each gets its checksum beside it, checked when Lightning loads it again."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
             raise TypeError(f"storage_options are not supported by {type(self).__name__}")
-        save_atomically(checkpoint, Path(path))
+        save_atomically(checkpoint, Path(path), checksum=True)
+
+    def load_checkpoint(self, path, *args, **kwargs) -> dict[str, Any]:
+        require_sidecar_checksum(Path(path))
+        return super().load_checkpoint(path, *args, **kwargs)
+
+    def remove_checkpoint(self, path) -> None:
+        super().remove_checkpoint(path)
+        sidecar(Path(path)).unlink(missing_ok=True)
 
 
 def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
@@ -62,6 +79,8 @@ def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
     if resume and last.is_file():
         try:  # a file cut short by a kill lacks the zip directory at its end, so this load fails;
             # mmap maps the tensors rather than reading them (the file is 50 MB with the EMA)
+            for checkpoint in sorted(state_dir.glob("*.ckpt")):  # the best so far is resumed with it
+                require_sidecar_checksum(checkpoint)
             saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
             position = saved.get("FoldDataModule", {})
             if bool(saved.get("callbacks", {}).get("RandomState", {}).get("mid_epoch", False)):
@@ -75,6 +94,8 @@ def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
             else:
                 log.info("fold %d: resuming after epoch %d, from %s", fold, saved["epoch"] + 1, last)
             return last
+        except DamagedFileError as err:
+            log.warning("fold %d: %s; training the fold from the start", fold, err)
         except Exception as err:  # killed while it was written
             log.warning(
                 "fold %d: %s is unreadable (%s); training the fold from the start", fold, last, type(err).__name__
@@ -124,7 +145,7 @@ class ResumeCheckpoint(ModelCheckpoint):
 
     def _stop(self, trainer: L.Trainer, step: str) -> None:
         path = Path(self.dirpath) / "last.ckpt"
-        atomic_write(path, lambda tmp: trainer.save_checkpoint(tmp))
+        trainer.save_checkpoint(path)  # atomic, with its checksum: the trainer writes through AtomicCheckpointIO
         raise interrupts.JobInterrupted(
             interrupts.requested(),
             f"in fold {self.fold}, epoch {trainer.current_epoch + 1}, at {step}: its training state is saved in {path}",

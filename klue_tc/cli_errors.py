@@ -9,6 +9,7 @@ their traceback, and HYDRA_FULL_ERROR=1 still shows Hydra's own report.
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
 import sys
@@ -18,12 +19,27 @@ from hydra.errors import CompactHydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
+from klue_tc.files import DISK_FULL_ERRNOS
+
+# A folder that cannot be written: read-only, not the user's, under a file, or on a full disk.
+UNWRITABLE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, *DISK_FULL_ERRNOS)
 
 
 def one_line(err: BaseException) -> str | None:
     """The user-facing line for an input or override error, or None for anything else."""
     if isinstance(err, KlueTcError):
         return str(err)
+    # Hydra makes the run (or sweep) folder and writes its files there before any klue_tc code runs.
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        return (
+            f"{err.filename or 'the run folder'}: no space left on the device; free some space (or raise the "
+            "quota), or point the run folder (hydra.run.dir=, or hydra.sweep.dir= with -m) at another disk"
+        )
+    if isinstance(err, OSError) and err.errno in UNWRITABLE_ERRNOS and err.filename:
+        return (
+            f"{err.filename}: cannot be written ({err.strerror}); the run folder (hydra.run.dir=, or "
+            "hydra.sweep.dir= with -m) and the stores (results.dir=, data.cache_dir=) must be folders you can write"
+        )
     if isinstance(err, MissingConfigException) and err.options is not None:
         group = os.path.dirname(err.missing_cfg_file or "") or "config"
         choice = os.path.basename(err.missing_cfg_file or "")

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -457,6 +458,10 @@ class PretrainConfig:
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
     # The stall rule (pretrain=mlm only); off by default, so no key made before it moved.
     stall: StallConfig = keyed_while_on(StallConfig)
+
+    def store_dir(self, results_root: Path) -> Path:
+        """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
+        return Path(self.dir).expanduser() if self.dir else results_root.parent / "pretrained"
 
     def checks(self) -> list[Check]:
         return [

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import lzma
+import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +38,36 @@ LABEL_COLUMNS = ("label", "topic_idx")
 # The one Unicode form every title is read in: precomposed Hangul syllables, as Windows and Linux
 # type them (macOS file names and some of its exports give the same syllables as decomposed jamo).
 TEXT_NORMALISATION = "NFC"
-# Invisible characters that editors and web copies leave at a title's ends; str.strip keeps them.
-_INVISIBLE_ENDS = "\u200b\u200c\u200d\u2060\ufeff"
+# Line breaks of any system (with the spaces beside them) inside a title: one space. A spreadsheet
+# writes a cell's line breaks into a quoted CSV field.
+_LINE_BREAK = re.compile(r"[ \t]*(?:(?:\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029])[ \t]*)+")
+# Control characters (Cc) and invisible format characters (Cf: zero-width spaces and joiners, soft
+# hyphens, direction marks, BOMs) carry no words; tabs are spaces, the rest are removed.
+_REMOVED_CATEGORIES = ("Cc", "Cf")
+# Far beyond a headline (KLUE YNAT's longest is 44): a whole article pasted into the title cell.
+# Cut there, under SentencePiece's 4,192-byte sentence limit, which would drop the title unsaid.
+MAX_TITLE_CHARS = 1000
 
 
 def normalise_title(text: str) -> str:
-    """The title in TEXT_NORMALISATION form, without surrounding spaces or invisible characters."""
-    return unicodedata.normalize(TEXT_NORMALISATION, text).strip().strip(_INVISIBLE_ENDS).strip()
+    """The title in TEXT_NORMALISATION form, on one line, without control or invisible characters
+    or surrounding spaces."""
+    if not text.isprintable():  # the usual title takes the fast path: nothing to remove
+        text = _LINE_BREAK.sub(" ", text).replace("\t", " ")
+        text = "".join(ch for ch in text if unicodedata.category(ch) not in _REMOVED_CATEGORIES)
+    return unicodedata.normalize(TEXT_NORMALISATION, text).strip()
+
+
+def has_line_break(text: str) -> bool:
+    """A line break inside the title (not at its ends, which are stripped as spaces are)."""
+    return _LINE_BREAK.search(text.strip()) is not None
+
+
+def has_removed_characters(text: str) -> bool:
+    """A tab, control or invisible character inside the title that `normalise_title` removes or makes
+    a space (invisible ones at its ends are only stripped, as surrounding spaces are)."""
+    inner = _LINE_BREAK.sub(" ", text).strip().strip("\u200b\u200c\u200d\u2060\ufeff").strip()
+    return not inner.isprintable() and any(unicodedata.category(ch) in _REMOVED_CATEGORIES for ch in inner)
 
 
 def has_letter_or_digit(text: str) -> bool:
@@ -150,8 +174,19 @@ def read_labelled_file(
 def read_unlabelled_file(path: str | Path) -> list[str]:
     """Unlabelled titles, one a line (plain text, or xz-compressed), with the labelled files'
     checks; blank lines are skipped."""
-    _, text, _ = _decoded_file(path)  # a file of blank lines only is reported as empty there
-    return [title for title in map(normalise_title, text.splitlines()) if title]
+    path, text, _ = _decoded_file(path)  # a file of blank lines only is reported as empty there
+    numbered = [(number, normalise_title(line)) for number, line in enumerate(_lines(text), start=1)]
+    numbered = [(number, title) for number, title in numbered if title]
+    titles = _cut_long_titles(
+        pd.Series([title for _, title in numbered], dtype=object), str(path), lambda i: f"line {numbered[i][0]}"
+    )
+    return titles.tolist()
+
+
+def _lines(text: str) -> list[str]:
+    """The file's lines as csv counts them (\\n, \\r\\n or \\r ends one; str.splitlines would also
+    break at a U+2028 or U+0085 inside a title)."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="").readlines()]
 
 
 def _decoded_file(path: str | Path) -> tuple[Path, str, Path]:
@@ -181,7 +216,7 @@ def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[s
     suffix, path = typed_path.suffix.lower(), name
     if suffix == ".jsonl":
         records, locations = [], []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(_lines(text), start=1):
             if line.strip():
                 try:
                     records.append(json.loads(line))
@@ -200,63 +235,106 @@ def _parse(typed_path: Path, text: str, name: str) -> tuple[pd.DataFrame, list[s
             raise DataError(f"{path}: expected a JSON list of records (KLUE layout)")
         return pd.DataFrame.from_records(payload), [f"record {i}" for i in range(1, len(payload) + 1)]
     if suffix in (".csv", ".tsv", ".txt"):
-        return _parse_delimited(path, text, "," if suffix == ".csv" else "\t")
+        text, sep = _separator(text, "," if suffix == ".csv" else "\t")
+        return _parse_delimited(path, text, sep)
     raise DataError(f"{path}: unknown file type {suffix!r}; use .json, .jsonl, .csv or .tsv")
 
 
+def _separator(text: str, usual: str) -> tuple[str, str]:
+    """The file's field separator: Excel's `sep=;` first line names it (the line is then read as a
+    blank one, so that lines keep their numbers); a header without the usual separator but with a
+    semicolon or a tab (a spreadsheet in a comma-decimal locale, a TSV named .csv) uses that."""
+    first, newline, rest = text.partition("\n")
+    named = re.fullmatch(r"sep=(.)\r?", first)
+    if named:
+        return newline + rest, named.group(1)
+    if usual not in first:
+        for other in (";", "\t", ","):
+            if other in first:
+                return text, other
+    return text, usual
+
+
 def _parse_delimited(path: Path, text: str, sep: str) -> tuple[pd.DataFrame, list[str]]:
-    """CSV/TSV with a header and quoting as Python's csv module writes it (the shared train.tsv
-    quotes its one title that ends in a tab). Strict, so that a stray quote is an error naming
-    its line instead of a title with its quotes silently removed (pandas' reader does that)."""
+    """CSV/TSV with a header, read as RFC 4180 says and spreadsheets write it: a quoted field may
+    hold the separator, doubled quotes and line breaks (the shared train.tsv quotes its one title
+    that ends in a tab). Strict, so that a stray quote is an error naming its line instead of a title
+    with its quotes silently removed (pandas' reader does that), or rows swallowed into one title."""
+    if "\x00" in text:  # no text holds one; csv refuses the whole file over it
+        first = text[: text.index("\x00")].count("\n") + 1
+        log.warning("%s: %d NUL character(s) removed, first on line %d", path, text.count("\x00"), first)
+        text = text.replace("\x00", "")
+    lines = io.StringIO(text, newline="").readlines()  # as csv counts them: \n, \r\n or \r ends one
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # a pasted article is cut later, not refused
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    separator = "tab" if sep == "\t" else "comma"
+    header: list[str] | None = None
+    rows, locations = [], []
+    end = 0
     try:
-        records = list(reader)
-    except csv.Error:
-        records = None
-    # The usual file: every record on one line (blank lines are empty records) and all as wide as
-    # the header. Anything else is read again, line by line, to name the line at fault.
-    if records is None or reader.line_num != len(records) or any(len(r) != len(records[0]) for r in records if r):
-        _raise_first_problem(path, text, sep)
-    header = records[0]
-    rows = [r for r in records[1:] if r]
-    locations = [f"line {number}" for number, r in enumerate(records[1:], start=2) if r]
+        for row in reader:
+            start, end = end + 1, reader.line_num
+            if not row:  # a blank line
+                continue
+            if header is None:
+                header = row
+                continue
+            if end > start:
+                _check_spanning_record(path, lines, start, end, sep, len(header))
+            if len(row) != len(header):
+                raise DataError(_width_error(path, lines, row, header, start, end, separator))
+            rows.append(row)
+            locations.append(f"line {start}")
+    except csv.Error as err:
+        raise DataError(_quoting_error(path, lines, str(err), end + 1, reader.line_num, separator)) from None
+    if header is None:
+        raise DataError(f"{path}: file is empty")
     return pd.DataFrame(rows, columns=header, dtype=str), locations
 
 
-def _raise_first_problem(path: Path, text: str, sep: str) -> None:
-    """The error for the first record of a delimited file that is not one line of the header's width."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
-    separator_name = "tab" if sep == "\t" else "comma"
-    last_line = 0
-    try:
-        header = next(reader)
-        last_line = reader.line_num
-        for row in reader:
-            first_line, last_line = last_line + 1, reader.line_num
-            if not row:  # a blank line
-                continue
-            if last_line != first_line:  # titles are one line: a newline inside one means an unclosed quote
-                raise DataError(
-                    f'{path}: line {first_line}: a quote (") opened here closes on line {last_line}; '
-                    "a title with a quote in it must be quoted, its quotes doubled"
-                )
-            if len(row) != len(header):
-                hint = (
-                    f"a title that holds a {separator_name} must be quoted"
-                    if len(row) > len(header)
-                    else f"the fields must be separated by a {separator_name}"
-                )
-                raise DataError(
-                    f"{path}: line {last_line}: {len(row)} field(s), expected {len(header)} "
-                    f"({', '.join(header)}); {hint}"
-                )
-    except csv.Error as err:
-        reason = str(err).replace("\t", "tab")  # "'\t' expected after '\"'" printed a raw tab
+def _check_spanning_record(path: Path, lines: list[str], start: int, end: int, sep: str, width: int) -> None:
+    """A quoted field over lines start..end: a title with line breaks, unless a line inside it reads
+    as a whole row (as wide as the header), which is a stray quote swallowing the rows up to the next one."""
+    inside = range(start + 1, end)  # the lines wholly within the quoted field
+    swallowed = [n for n in inside if len(lines[n - 1].rstrip("\r\n").split(sep)) == width]
+    if swallowed:
+        taken = f"line {start + 1} is" if end - start == 2 else f"lines {start + 1}-{end - 1} are"
         raise DataError(
-            f'{path}: line {last_line + 1}: bad quoting ({reason}); a title with a quote (") in it '
-            "must be quoted, its quotes doubled"
-        ) from None
-    raise AssertionError(f"{path}: no problem found on the second reading")  # unreachable: a bug if seen
+            f'{path}: line {start}: a quote (") opened here closes on line {end}, so {taken} read as part of '
+            'one title; a quote inside a title must be doubled and the title quoted ("a ""b"" c")'
+        )
+
+
+def _width_error(
+    path: Path, lines: list[str], row: list[str], header: list[str], start: int, end: int, separator: str
+) -> str:
+    where = f"line {start}" if end == start else f"lines {start}-{end} (a quoted field over several lines)"
+    if len(row) > len(header):
+        hint = f"a title that holds a {separator} must be quoted"
+    elif lines[end - 1].endswith("\r") and not lines[end - 1].endswith("\r\n") and not lines[0].endswith("\r"):
+        hint = "a carriage return (\\r) inside the title ends its line early: remove it, or quote the title"
+    else:
+        hint = f"the fields must be separated by a {separator}"
+    return f"{path}: {where}: {len(row)} field(s), expected {len(header)} ({', '.join(header)}); {hint}"
+
+
+def _quoting_error(path: Path, lines: list[str], reason: str, start: int, at: int, separator: str) -> str:
+    """The one line for csv's complaint about the record that begins on line `start`, found on line `at`."""
+    quote_rule = 'a quote inside a title must be doubled and the title quoted ("a ""b"" c")'
+    if "unexpected end of data" in reason:
+        opened = next((n for n in range(start, len(lines) + 1) if '"' in lines[n - 1]), start)
+        return f'{path}: line {opened}: a quote (") opened here is never closed (the file ends inside it); {quote_rule}'
+    if "expected after" in reason:
+        if at > start:
+            return (
+                f'{path}: line {start}: a quote (") opened here runs to line {at}, where text follows its closing '
+                f"quote; {quote_rule}"
+            )
+        return (
+            f'{path}: line {at}: bad quoting: text follows a closing quote (") where a {separator} or the end of '
+            f"the line should be; {quote_rule}"
+        )
+    return f"{path}: line {at}: bad quoting ({reason.replace(chr(9), 'tab')}); {quote_rule}"
 
 
 def from_frame(
@@ -272,17 +350,17 @@ def from_frame(
     the label set is `label_names`, else the one the column holds (`infer_label_names`)."""
     if frame.empty:
         raise DataError(f"{source}: no data rows")
-    frame = frame.rename(columns=lambda c: str(c).strip())  # "label " in a hand-made header
+    frame = frame.rename(columns=lambda c: normalise_title(str(c)))  # "label " or a BOM in a hand-made header
     where = (lambda row: locations[row]) if locations else (lambda row: f"row {row + 1}")
     text_col = _pick_column(
-        frame, (title_column,) if title_column else TEXT_COLUMNS, source, "title", "data.title_column"
+        frame, (normalise_title(title_column),) if title_column else TEXT_COLUMNS, source, "title", "data.title_column"
     )
     label_col = _pick_column(
-        frame, (label_column,) if label_column else LABEL_COLUMNS, source, "label", "data.label_column"
+        frame, (normalise_title(label_column),) if label_column else LABEL_COLUMNS, source, "label", "data.label_column"
     )
-    texts = frame[text_col].map(
-        lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else normalise_title(str(v))
-    )
+    raw = frame[text_col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+    _say_what_normalising_changes(raw, source, where)
+    texts = raw.map(normalise_title)
     empty = np.flatnonzero(texts.eq("").to_numpy())
     kept = np.flatnonzero(texts.ne("").to_numpy())  # row positions in the file of the rows kept
     if not len(kept):
@@ -296,6 +374,7 @@ def from_frame(
             where(empty[0]),
         )
         frame, texts = frame.iloc[kept], texts.iloc[kept]
+    texts = _cut_long_titles(texts, source, lambda row: where(kept[row]))
     symbols_only = [i for i, t in enumerate(texts) if not has_letter_or_digit(t)]
     if symbols_only:
         log.warning(
@@ -320,6 +399,51 @@ def from_frame(
     return LabelledTitles(texts.tolist(), labels.to_numpy(dtype=np.int64), source, names)
 
 
+def _say_what_normalising_changes(raw: pd.Series, source: str, where) -> None:
+    """One line each for the titles whose line breaks become spaces and those that lose control or
+    invisible characters; nothing for the usual file (every title printable)."""
+    unusual = [i for i, text in enumerate(raw) if not text.isprintable()]
+    if not unusual:
+        return
+    breaks = [i for i in unusual if has_line_break(raw.iloc[i])]
+    if breaks:
+        log.warning(
+            "%s: %d title(s) hold line breaks, kept on one line (each break made a space); first at %s",
+            source,
+            len(breaks),
+            where(breaks[0]),
+        )
+    removed = [i for i in unusual if has_removed_characters(raw.iloc[i])]
+    if removed:
+        text = raw.iloc[removed[0]].strip()
+        found = next(ch for ch in text if unicodedata.category(ch) in _REMOVED_CATEGORIES and ch not in "\r\n")
+        log.warning(
+            "%s: %d title(s) hold tabs, control or invisible characters (U+%04X first), tabs made spaces and "
+            "the rest removed; first at %s",
+            source,
+            len(removed),
+            ord(found),
+            where(removed[0]),
+        )
+
+
+def _cut_long_titles(texts: pd.Series, source: str, where) -> pd.Series:
+    """Titles beyond MAX_TITLE_CHARS cut to it, said in one line."""
+    long = np.flatnonzero(texts.str.len().to_numpy() > MAX_TITLE_CHARS)
+    if not len(long):
+        return texts
+    log.warning(
+        "%s: %d title(s) longer than %d characters (the longest %d) cut to their first %d; first at %s",
+        source,
+        len(long),
+        MAX_TITLE_CHARS,
+        int(texts.str.len().max()),
+        MAX_TITLE_CHARS,
+        where(long[0]),
+    )
+    return texts.map(lambda text: text[:MAX_TITLE_CHARS].rstrip())
+
+
 def _pick_column(frame: pd.DataFrame, candidates: tuple[str, ...], source: str, what: str, override: str) -> str:
     for name in candidates:
         if name in frame.columns:
@@ -334,8 +458,8 @@ def _as_id(value) -> int | None:
     """An int id (an int, or a string of digits), else None."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
-    text = str(value).strip()
-    return int(text) if text.isdigit() else None
+    text = normalise_title(str(value))
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def infer_label_names(column: pd.Series) -> tuple[str, ...]:
@@ -345,9 +469,9 @@ def infer_label_names(column: pd.Series) -> tuple[str, ...]:
     YNAT file is an error, not an eighth class)."""
     # Missing and empty labels are left to the per-row check, which names their line.
     values = [v for v in column.unique() if v is not None and not (isinstance(v, float) and np.isnan(v))]
-    values = [v for v in values if str(v).strip()]
+    values = [v for v in values if normalise_title(str(v))]
     ids = {_as_id(v) for v in values}
-    names = {str(v).strip() for v in values if _as_id(v) is None}
+    names = {normalise_title(str(v)) for v in values if _as_id(v) is None}
     if names and ids == {None} and not set(LABEL_NAMES) <= names:
         return tuple(sorted(names))
     if not names and ids and ids == set(range(max(ids) + 1)) and len(ids) != NUM_CLASSES:
@@ -356,8 +480,8 @@ def infer_label_names(column: pd.Series) -> tuple[str, ...]:
 
 
 def _label_id(value, name_to_id: dict[str, int]) -> float:
-    """Class id for a label name, or for an id in range; NaN when unknown."""
-    text = str(value).strip()
+    """Class id for a label name (typed in any Unicode form), or for an id in range; NaN when unknown."""
+    text = normalise_title(str(value))
     if text in name_to_id:
         return float(name_to_id[text])
     number = _as_id(value)
@@ -476,12 +600,31 @@ def load_splitters() -> None:
     importlib.import_module("sklearn.model_selection")
 
 
-def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere."""
-    from sklearn.model_selection import StratifiedKFold  # here: a bad override fails before this import
+def stratified_folds(
+    labels: np.ndarray, folds: int, seed: int, groups: np.ndarray | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train indices, validation indices) per fold; a fixed seed gives one assignment everywhere.
+    With `groups`, the titles of a group are kept in one fold (scikit-learn's StratifiedGroupKFold)."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold  # here: a bad override fails first
 
-    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    splitter = (StratifiedKFold if groups is None else StratifiedGroupKFold)(
+        n_splits=folds, shuffle=True, random_state=seed
+    )
     try:
-        return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels)]
+        return [(np.sort(tr), np.sort(va)) for tr, va in splitter.split(np.zeros(len(labels)), labels, groups)]
     except ValueError as err:  # more folds than titles, or than the titles of every class
         raise DataError(f"cv.folds={folds}: too many folds for {len(labels)} titles ({err})") from None
+
+
+def duplicate_groups(texts: Sequence[str]) -> np.ndarray | None:
+    """One group id per distinct title, so that a title's copies never sit on both sides of a fold;
+    None where every title is distinct (KLUE YNAT): its folds stay the plain stratified ones that
+    every stored record was made on."""
+    ids: dict[str, int] = {}
+    groups = np.fromiter((ids.setdefault(text, len(ids)) for text in texts), dtype=np.int64, count=len(texts))
+    return groups if len(ids) < len(texts) else None
+
+
+def title_folds(data: LabelledTitles, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The job's folds: stratified, each title's copies in one fold."""
+    return stratified_folds(data.labels, folds, seed, duplicate_groups(data.texts))

@@ -82,11 +82,11 @@ def run_other_rank() -> int:
     """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
     from klue_tc.config import validate
     from klue_tc.corpus import fold_corpus, gather_sources
-    from klue_tc.data import stratified_folds
+    from klue_tc.data import title_folds
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
-    from klue_tc.pretraining import PretrainedStore, pretrained_key, store_root
+    from klue_tc.pretraining import PretrainedStore, pretrained_key
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
@@ -101,10 +101,10 @@ def run_other_rank() -> int:
     quiet_libraries()
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
     job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
-    splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
+    splits = title_folds(inputs.train, run.cv.folds, run.cv.seed)
     pretraining = run.pretrain.objective != "none"
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
-    pretrained_store = PretrainedStore(store_root(run, Path(plan["results_root"])))
+    pretrained_store = PretrainedStore(run.pretrain.store_dir(Path(plan["results_root"])))
     for k in plan["folds"]:
         train_idx, val_idx = splits[k]
         pretrained = None

@@ -24,6 +24,10 @@ class ResourceError(KlueTcError):
     """A model or dataset is neither available locally nor downloadable."""
 
 
+class DamagedFileError(ResourceError):
+    """A stored file (a record, checkpoint, encoder or tokenizer) is cut short or does not match its checksum."""
+
+
 class DiskFullError(ResourceError):
     """A write found no space (or no quota) left; the file it wrote is as it was before."""
 

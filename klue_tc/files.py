@@ -14,6 +14,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -28,7 +29,7 @@ def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
     for unit in ("bytes", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -49,13 +50,13 @@ def disk_full_error(
         with contextlib.suppress(OSError):
             free = shutil.disk_usage(existing).free
     if needed is not None:
-        need = f"it needs {_size(needed)}"
+        need = f"it needs {human_size(needed)}"
     elif at_least:
-        need = f"it needs more than the {_size(at_least)} written before the disk filled"
+        need = f"it needs more than the {human_size(at_least)} written before the disk filled"
     else:
         need = "it needs more space"
     if free is not None:
-        need += f", {_size(free)} free there"
+        need += f", {human_size(free)} free there"
     return DiskFullError(
         f"{where or 'a file'}: no space left on the device ({need}); nothing half-written was kept: "
         "free some space (or raise the quota) and run the same command again"
@@ -185,6 +186,18 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=2))
 
 
+def read_json_cache(path: Optional[Path]) -> Any:
+    """A JSON cache's content; None where there is none, or (in one line) where it is cut short or
+    damaged: a cache is built again, never read half."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        log.warning("cache %s is damaged (%s); building it again", path, type(err).__name__)
+        return None
+
+
 @contextlib.contextmanager
 def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
     """Hold `lock` (an flock, released when the process dies); a second holder logs and waits."""
@@ -206,15 +219,64 @@ def exclusive_lock(lock: Path, waiting_message: str) -> Iterator[None]:
 
 
 def link_or_copy(source: Path, target: Path) -> None:
-    """A hard link (no space, the same bytes), or a copy across file systems."""
+    """A hard link (no space, the same bytes), or a copy across file systems, renamed into place: a
+    second job of the same run directory reading `target` meanwhile never finds it gone or half
+    copied. Nothing is done where `target` already is `source`."""
     target = Path(target)
-    target.unlink(missing_ok=True)
+    if _same_file(source, target):
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copy2(source, tmp)
+        os.replace(tmp, target)  # a no-op, leaving tmp, where another job linked the same file meanwhile
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def link_or_copy_tree(source: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, copy_function=link_or_copy)
+    """`link_or_copy` for a folder: built beside `target`, then swapped in; nothing is done where
+    `target` already holds `source`'s files (what an identical job of the same run directory left)."""
+    source, target = Path(source), Path(target)
+    if _same_tree(source, target):
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    replaced = []
+    try:
+        shutil.copytree(source, tmp, copy_function=link_or_copy)
+        for _ in range(10):  # another job may put its own folder there between the two renames
+            replaced.append(target.with_name(f".{target.name}.{uuid.uuid4().hex}.old"))
+            with contextlib.suppress(FileNotFoundError):
+                target.rename(replaced[-1])
+            try:
+                tmp.rename(target)
+                return
+            except OSError:
+                if _same_tree(source, target):
+                    return
+        raise OSError(f"{target}: replaced by other jobs ten times while this one replaced it")
+    finally:
+        for folder in (tmp, *replaced):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _same_tree(source: Path, target: Path) -> bool:
+    """Every file of `source` is its counterpart in `target` (one inode, by a hard link), and no more."""
+    try:
+        if not target.is_dir():
+            return False
+        names = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+        return names == {p.relative_to(target) for p in target.rglob("*") if p.is_file()} and all(
+            _same_file(source / name, target / name) for name in names
+        )
+    except OSError:  # swapped by another job while it was read
+        return False

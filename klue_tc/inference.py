@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from klue_tc.checksums import require_checksum
 from klue_tc.config import EVAL_BATCH_SIZE, DataConfig
 from klue_tc.datamodule import EncodedSplit, make_loader
 from klue_tc.module import TopicClassifierModule
@@ -56,6 +57,7 @@ def encoded_probs(
 def load_fold(record: FoldResult, device: torch.device | None = None) -> tuple[TopicClassifierModule, Tokenizer]:
     if not record.checkpoint or not Path(record.checkpoint).is_file():
         raise FileNotFoundError(f"fold {record.fold}: checkpoint {record.checkpoint} is missing")
+    require_checksum(Path(record.checkpoint), record.checkpoint_sha256, "the fold's record")
     module = TopicClassifierModule.load_from_checkpoint(record.checkpoint, map_location=device or default_device())
     return module, load_tokenizer(record.tokenizer_dir)
 

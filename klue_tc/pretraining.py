@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import itertools
 import json
 import logging
@@ -25,12 +26,21 @@ import torch
 from torch import nn
 
 from klue_tc import interrupts
+from klue_tc.checksums import (
+    checked_json,
+    require_checksum,
+    require_sidecar_checksum,
+    sha256_of_bytes,
+    sidecar,
+    with_checksum,
+    write_with_sidecar,
+)
 from klue_tc.config import RunConfig, keyed_settings
 from klue_tc.corpus import Corpus
 from klue_tc.data import NUM_CLASSES
 from klue_tc.datamodule import BucketBatchSampler, PaddedBatches
-from klue_tc.errors import ConfigError
-from klue_tc.files import atomic_write, atomic_write_json, exclusive_lock
+from klue_tc.errors import ConfigError, DamagedFileError
+from klue_tc.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from klue_tc.fingerprint import code_version
 from klue_tc.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.hardware import Device
@@ -168,11 +178,6 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def store_root(run: RunConfig, results_root: Path) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root.parent / "pretrained"
-
-
 class PretrainedStore:
     """One folder per key: the encoder's weights, its tokenizer and what made them; while it
     trains, its resumable state."""
@@ -184,12 +189,28 @@ class PretrainedStore:
         return self.root / key
 
     def find(self, key: str) -> Optional[PretrainedEncoder]:
-        folder = self.folder(key)
-        if not (folder / META_FILE).is_file():  # written last: its presence means all is there
+        """The stored encoder, or None where there is none or a damaged one (`load` says which)."""
+        try:
+            return self.load(key)
+        except DamagedFileError:
             return None
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-        tokenizer = load_tokenizer(folder / TOKENIZER_DIR)
-        return PretrainedEncoder(key, folder, tokenizer, meta["tokenizer_key"], meta)
+
+    def load(self, key: str) -> Optional[PretrainedEncoder]:
+        """The stored encoder, None where there is none; a DamagedFileError naming the file of it that is
+        cut short or does not match the checksum its record keeps."""
+        folder = self.folder(key)
+        meta_path = folder / META_FILE
+        if not meta_path.is_file():  # written last: its presence means all is there
+            return None
+        try:
+            meta = checked_json(meta_path)
+            require_checksum(folder / WEIGHTS_FILE, meta.get("weights_sha256"), META_FILE)
+            tokenizer = load_tokenizer(folder / TOKENIZER_DIR)
+            return PretrainedEncoder(key, folder, tokenizer, meta["tokenizer_key"], meta)
+        except DamagedFileError:
+            raise
+        except (OSError, ValueError, KeyError) as err:  # a file cut short or gone
+            raise DamagedFileError(f"{folder}: damaged ({type(err).__name__}: {err})") from None
 
     def claim(self, key: str):
         return exclusive_lock(
@@ -211,7 +232,10 @@ def ensure_pretrained(
     found = store.find(key)
     if found is None:
         with store.claim(key):
-            found = store.find(key)  # an identical job may have finished it meanwhile
+            try:
+                found = store.load(key)  # an identical job may have finished it meanwhile
+            except DamagedFileError as err:  # written over, under the lock, by the training below
+                log.warning("pretrained encoder %s: %s; pretraining it again", key, err)
             if found is None:
                 found = _train_and_store(run, device, corpus, key, store, cache, on_step)
     else:
@@ -227,7 +251,10 @@ def _train_and_store(
     encoded = cache.encoded(tokenizer, tok_key, corpus.texts, corpus.fingerprint)
     outcome = pretrain_encoder(run, device, tokenizer, encoded, folder / STATE_FILE, on_step)
     threads = torch.get_num_threads()
-    atomic_write(folder / WEIGHTS_FILE, lambda tmp: torch.save(outcome.weights, tmp))
+    buffer = io.BytesIO()
+    torch.save(outcome.weights, buffer)
+    weights = buffer.getvalue()
+    atomic_write_bytes(folder / WEIGHTS_FILE, weights)
     shutil.rmtree(folder / TOKENIZER_DIR, ignore_errors=True)
     tokenizer.save(folder / TOKENIZER_DIR)
     meta = {
@@ -246,9 +273,11 @@ def _train_and_store(
         # what ran it, so the report times it on its own machine (the folds that reuse it may run elsewhere)
         "device": device.name,
         "threads": threads,
+        "weights_sha256": sha256_of_bytes(weights),  # checked by every job that finds the encoder
     }
-    atomic_write_json(folder / META_FILE, meta)
+    atomic_write_json(folder / META_FILE, with_checksum(meta))
     (folder / STATE_FILE).unlink(missing_ok=True)
+    sidecar(folder / STATE_FILE).unlink(missing_ok=True)
     log.info(
         "pretrained encoder %s: %d %s steps, loss %.3f over the last %d, stored in %s",
         key,
@@ -396,7 +425,9 @@ def _save_state(
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_with_sidecar(path, buffer.getvalue())
 
 
 def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> tuple[int, float, list]:
@@ -405,6 +436,7 @@ def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator)
     if not path.is_file():
         return 0, 0.0, []
     try:
+        require_sidecar_checksum(path)
         state = torch.load(path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -413,8 +445,9 @@ def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator)
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-    except Exception as err:  # cut short by a kill: start again
-        log.warning("pretraining state %s is unreadable (%s); pretraining from the start", path, type(err).__name__)
+    except Exception as err:  # cut short by a kill, or not matching its checksum: start again
+        why = str(err) if isinstance(err, DamagedFileError) else f"{path} is unreadable ({type(err).__name__})"
+        log.warning("pretraining state: %s; pretraining from the start", why)
         return 0, 0.0, []
     log.info("pretraining resumes after step %d, from %s", state["step"], path)
     return state["step"], state.get("seconds", 0.0), state.get("recent_losses", [])

@@ -10,12 +10,14 @@ import json
 import logging
 import math
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from klue_tc.checksums import checked_json, with_checksum
 from klue_tc.files import atomic_write, atomic_write_json
 from klue_tc.redaction import redact
 
@@ -165,8 +167,9 @@ class FoldPredictions:
             return None
         try:
             return cls.load(path)
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            log.warning("damaged predictions %s skipped (%s)", path, type(err).__name__)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+            why = "its compressed data does not decompress" if isinstance(err, zlib.error) else type(err).__name__
+            log.warning("damaged predictions %s skipped (%s)", path, why)
             return None
 
 
@@ -207,6 +210,7 @@ class FoldResult:
     learning_curve: list[EpochScores] = field(default_factory=list)
     model_size: Optional[ModelSize] = None  # records of older code lack it
     sittings: Optional[int] = None  # the processes it trained in: 1, or more where it was resumed
+    checkpoint_sha256: Optional[str] = None  # checked before the checkpoint is loaded; None in older records
     # Not in the JSON: the results store saves and loads it beside the record.
     predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 
@@ -253,11 +257,13 @@ class FoldResult:
         return cls(**values)
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, redact(self.to_dict()))  # a name from an env-expanded override keeps no token
+        """With its own checksum: a results record is read by every later run of its configuration."""
+        atomic_write_json(path, with_checksum(redact(self.to_dict())))  # an env-expanded override keeps no token
 
     @classmethod
     def load(cls, path: Path) -> FoldResult:
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        """The record; a DamagedFileError where it does not match its checksum (older records have none)."""
+        return cls.from_dict(checked_json(path))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from typing import Optional
 
 import yaml
 
+from klue_tc.checksums import require_checksum
 from klue_tc.config import RunConfig, keyed_settings
+from klue_tc.errors import DamagedFileError
 from klue_tc.files import atomic_write_text, exclusive_lock, link_or_copy, link_or_copy_tree
 from klue_tc.records import CodeVersion, FoldPredictions, FoldResult
 
@@ -78,17 +80,23 @@ class ResultsStore:
         return record_path.with_suffix(".predicted.npz")
 
     def read(self, key: str, fold: int) -> Optional[FoldResult]:
-        """The stored record, or None; a damaged one (cut short by a crash or a full disk) is
+        """The stored record, or None; a damaged one (cut short by a crash or a full disk, or not
+        matching its checksum), or one whose checkpoint does not match the checksum it keeps, is
         reported in one line and moved aside, so the fold trains again."""
         path = self._path(key, fold)
         if not path.is_file():
             return None
         try:
-            return self.load(path)
+            record = self.load(path)
+            if record.checkpoint and Path(record.checkpoint).is_file():  # a record whose model is gone keeps its scores
+                require_checksum(Path(record.checkpoint), record.checkpoint_sha256, path.name)
+            return record
+        except DamagedFileError as err:
+            log.warning("%s; the fold trains again", err)
         except (OSError, ValueError, TypeError, KeyError) as err:
             log.warning("damaged results record %s (%s); the fold trains again", path, type(err).__name__)
-            path.replace(path.with_suffix(".damaged"))
-            return None
+        path.replace(path.with_suffix(".damaged"))
+        return None
 
     @classmethod
     def load(cls, path: Path) -> FoldResult:
@@ -162,6 +170,8 @@ class ResultsStore:
         for path in sorted(self.root.glob("*/fold*.json")):
             try:
                 found.append(self.load(path))
+            except DamagedFileError as err:
+                log.warning("%s; the record is skipped", err)
             except (OSError, ValueError, TypeError, KeyError) as err:
                 log.warning("damaged results record %s skipped (%s)", path, type(err).__name__)
         return found

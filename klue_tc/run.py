@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from klue_tc import interrupts
 from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
 from klue_tc.corpus import gather_sources
-from klue_tc.data import LABEL_NAMES, stratified_folds
+from klue_tc.data import LABEL_NAMES, title_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
 from klue_tc.job_context import FirstStepClock, JobContext
@@ -73,10 +73,10 @@ def start_job(cfg: DictConfig) -> JobContext:
     tolerate_full_disk_in_logs()
     redact_hydra_files(run_dir)
     resolved = redact(job_config(cfg))  # what is written: config.yaml, the store's, W&B's
+    store = ResultsStore(results_root(run))
+    inputs = check_inputs(run, run_dir, store.root)  # the folders it writes first: a full disk is its line
     # The config that produced every number in this directory, resolved, beside metrics.json.
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
-    store = ResultsStore(results_root(run))
-    inputs = check_inputs(run, run_dir, store.root)
     names = inputs.train.label_names
     labels = "" if names == LABEL_NAMES else f"; {len(names)} labels: {', '.join(names)}"
     log.info("training data: %d titles from %s%s", len(inputs.train), inputs.train.source, labels)
@@ -146,7 +146,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         from klue_tc.tokenizers import TokenizerCache
 
         quiet_libraries()
-    splits = stratified_folds(job.inputs.train.labels, job.run.cv.folds, job.run.cv.seed)
+    splits = title_folds(job.inputs.train, job.run.cv.folds, job.run.cv.seed)
     cache = TokenizerCache(job.run.data.cache_dir)
     progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:
@@ -210,12 +210,12 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key, store_root
+    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    store = PretrainedStore(store_root(run, job.store.root))
+    store = PretrainedStore(run.pretrain.store_dir(job.store.root))
     key = pretrained_key(run, job.device, corpus, identity)
     line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:

@@ -31,6 +31,7 @@ from klue_tc.checkpoints import (
     resume_point,
     save_weights_only,
 )
+from klue_tc.checksums import sha256_of
 from klue_tc.config import RunConfig, TrainerConfig
 from klue_tc.data import LabelledTitles, inner_split
 from klue_tc.datamodule import EncodedSplit, FoldDataModule
@@ -320,6 +321,7 @@ def fold_record(
         train_size=len(prepared.train.encoded),
         val_size=len(prepared.val.encoded),
         checkpoint=str(trained.checkpoint.resolve()) if trained.checkpoint else None,
+        checkpoint_sha256=sha256_of(trained.checkpoint) if trained.checkpoint else None,
         tokenizer_dir=str(trained.tokenizer_dir.resolve()),
         describe=job.describe,
         config_hash=job.key,

@@ -19,7 +19,7 @@ import argparse
 from sklearn.metrics import f1_score
 
 from klue_tc.baseline import NB_SVM, TFIDF_SVM, baseline_pipeline, fit_choosing_c
-from klue_tc.data import inner_split, read_labelled_file, stratified_folds
+from klue_tc.data import inner_split, read_labelled_file, title_folds
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.inference import ensemble_probs
 from klue_tc.predict import fold_records
@@ -62,7 +62,7 @@ def main() -> None:
         validation = read_labelled_file(args.validation, label_names=data.label_names)
     except KlueTcError as err:
         exit_with(err)
-    train_idx, fold_idx = stratified_folds(data.labels, args.folds, args.seed)[args.fold]
+    train_idx, fold_idx = title_folds(data, args.folds, args.seed)[args.fold]
     try:
         fit, _ = inner_split(data.labels[train_idx], args.inner_fraction, args.seed)
     except KlueTcError as err:

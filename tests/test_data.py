@@ -46,7 +46,7 @@ def test_quoted_title_with_a_tab_is_one_row_and_quotes_inside_titles_are_kept(tm
         'label\ttext\n스포츠\t"손흥민\t결승골"\n정치\t국회 "본회의"\n정치\t"""대화 재개"" 촉구"\n', encoding="utf-8"
     )
     data = read_labelled_file(path)
-    assert data.texts == ["손흥민\t결승골", '국회 "본회의"', '"대화 재개" 촉구']
+    assert data.texts == ["손흥민 결승골", '국회 "본회의"', '"대화 재개" 촉구']  # the tab, a control character, a space
 
 
 def test_json_records_are_named_by_their_position(tmp_path):
@@ -74,7 +74,7 @@ def test_json_records_are_named_by_their_position(tmp_path):
             'label\ttext\n스포츠\t손흥민 골\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n정치\t국회 "\n',
             'line 3: a quote (") opened here closes on line 5',
         ),
-        ('label\ttext\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n', "line 2: bad quoting (unexpected end of data)"),
+        ('label\ttext\n정치\t"대화 재개 촉구\n스포츠\t손흥민\n', 'line 2: a quote (") opened here is never closed'),
         ("topic\ttext\n스포츠\t손흥민 골\n", "no label column"),
         ("label\theadline\n스포츠\t손흥민 골\n", "no title column"),
         ("", "file is empty"),
@@ -284,3 +284,153 @@ def test_a_bad_label_after_a_dropped_row_names_its_own_line(tmp_path):
     path.write_text("label\ttext\n정치\t \n과학\t반도체\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"bad.tsv: line 3: unknown label '과학'"):
         read_labelled_file(path, label_names=LABEL_NAMES)
+
+
+# --- files as spreadsheets and editors write them ------------------------------------------------
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_spreadsheet_csv_with_quoted_line_breaks_quotes_and_commas_reads_as_written(tmp_path, caplog):
+    """RFC 4180 as Excel exports it: a BOM, CRLF line ends, a cell's line breaks inside its quotes."""
+    path = tmp_path / "export.csv"
+    rows = [
+        '"손흥민\r\n결승골",스포츠',
+        '"국회, ""본회의"" 개최",정치',
+        '"삼성전자,\n반도체\n\n  공장 착공",IT과학',
+        "코스피 상승 마감,경제",
+    ]
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(["title,label", *rows, ""]).encode("utf-8"))
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민 결승골", '국회, "본회의" 개최', "삼성전자, 반도체 공장 착공", "코스피 상승 마감"]
+    assert [data.label_names[i] for i in data.labels] == ["스포츠", "정치", "IT과학", "경제"]
+    assert warnings_of(caplog) == [
+        f"{path}: 2 title(s) hold line breaks, kept on one line (each break made a space); first at line 2"
+    ]
+    # A record after the multi-line ones is named by the line it is on.
+    path.write_bytes(path.read_bytes() + "반도체,과학\r\n".encode())
+    with pytest.raises(DataError, match=r"export.csv: line 10: unknown label '과학'"):
+        read_labelled_file(path, label_names=LABEL_NAMES)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        # The quote on line 2 is never closed: the lines after it would be one title.
+        (
+            'title,label\n손흥민 골,스포츠\n"국회 본회의,정치\n코스피,경제\n',
+            'line 3: a quote (") opened here is never closed',
+        ),
+        # ... or closed by a later title's quote: the rows between would be swallowed into one title.
+        (
+            'title,label\n"국회 본회의,정치\n코스피 상승,경제\n반도체 "착공",IT과학\n',
+            'line 2: a quote (") opened here runs to line 4, where text follows its closing quote',
+        ),
+        (
+            'title,label\n"국회 본회의,정치\n코스피 상승,경제\n손흥민 "결승골",스포츠\n반도체",IT과학\n',
+            'line 2: a quote (") opened here runs to line 4, where text follows',
+        ),
+        (
+            'label\ttext\n정치\t"국회 본회의\n경제\t코스피 상승\n스포츠\t손흥민 골"\n',
+            'line 2: a quote (") opened here closes on line 4, so line 3 is read as part of one title',
+        ),
+        (
+            "title,label\n손흥민 골\r결승,스포츠\n국회,정치\n",
+            "line 2: 1 field(s), expected 2 (title, label); a carriage return",
+        ),
+        (
+            'title,label\n"손흥민\n골",스포츠,1\n',
+            "lines 2-3 (a quoted field over several lines): 3 field(s), expected 2",
+        ),
+    ],
+)
+def test_a_broken_csv_names_the_real_cause_and_its_line(tmp_path, content, message):
+    path = tmp_path / "broken.csv" if content.startswith("title") else tmp_path / "broken.tsv"
+    path.write_text(content, encoding="utf-8", newline="")
+    with pytest.raises(DataError) as err:
+        read_labelled_file(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_control_and_invisible_characters_are_removed_and_said_once(tmp_path, caplog):
+    path = tmp_path / "pasted.tsv"
+    path.write_text(
+        "text\tlabel\n손흥\u200b민 결승골\u00ad\t스포츠\n국회\x07 본회의\u202e\t정치\n\u200b코스피\ufeff\t경제\n"
+        "반도체\x00 공장\tIT과학\n",
+        encoding="utf-8",
+    )
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민 결승골", "국회 본회의", "코스피", "반도체 공장"]
+    said = warnings_of(caplog)
+    assert said == [
+        f"{path}: 1 NUL character(s) removed, first on line 5",
+        f"{path}: 2 title(s) hold tabs, control or invisible characters (U+200B first), tabs made spaces and the "
+        "rest removed; first at line 2",
+    ]
+    # Removed wherever a title comes from: the same text and fingerprint as the clean file.
+    clean = tmp_path / "clean.tsv"
+    clean.write_text(
+        "text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in zip(data.texts, "스포츠 정치 경제 IT과학".split())),
+        encoding="utf-8",
+    )
+    assert read_labelled_file(clean).fingerprint() == data.fingerprint()
+
+
+def test_an_extremely_long_title_is_cut_and_said_once(tmp_path, caplog):
+    from klue_tc.data import MAX_TITLE_CHARS
+
+    path = tmp_path / "article.csv"  # past csv's own field limit (131,072 characters) too
+    path.write_text(
+        f'title,label\n손흥민 골,스포츠\n"{"국회 본회의, " * 20_000}",정치\n{"경제 " * 400},경제\n', encoding="utf-8"
+    )
+    data = read_labelled_file(path)
+    assert len(data) == 3 and data.texts[0] == "손흥민 골"
+    assert all(len(t) <= MAX_TITLE_CHARS for t in data.texts) and data.texts[1].startswith("국회 본회의, 국회")
+    assert warnings_of(caplog) == [
+        f"{path}: 2 title(s) longer than {MAX_TITLE_CHARS} characters (the longest 159999) cut to their first "
+        f"{MAX_TITLE_CHARS}; first at line 3"
+    ]
+
+
+def test_jsonl_titles_with_unicode_line_separators_and_labels_typed_on_macos_are_read(tmp_path):
+    path = tmp_path / "titles.jsonl"
+    rows = [
+        {"title": "손흥민\u2028결승골", "label": unicodedata.normalize("NFD", "스포츠")},
+        {"title": "국회", "label": "정치"},
+    ]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    data = read_labelled_file(path)
+    assert data.texts == ["손흥민 결승골", "국회"] and data.labels.tolist() == [5, 6]
+
+
+BUNDLED_TITLES_SHA256 = "e9e94d2ea10a7595e7750c5efe37850e3ebaa41d3925bb21029db78d5d6f56d6"
+
+
+def test_the_bundled_train_split_reads_to_the_same_titles_as_ever():
+    """Every stored result is keyed on these titles: reading and normalising must not change one."""
+    import hashlib
+
+    from klue_tc.data import BUNDLED_TRAIN
+
+    data = read_labelled_file(BUNDLED_TRAIN)
+    digest = hashlib.sha256("".join(f"{t}\n" for t in data.texts).encode("utf-8")).hexdigest()
+    assert digest == BUNDLED_TITLES_SHA256 and data.fingerprint() == "370d3256478fe396"
+
+
+def test_a_spreadsheet_csv_in_a_comma_decimal_locale_is_read_by_its_own_separator(tmp_path):
+    """Excel writes `sep=;` first, or separates by semicolons where the comma is the decimal mark."""
+    named = tmp_path / "named.csv"
+    named.write_bytes(
+        b"\xef\xbb\xbf" + 'sep=;\r\ntitle;label\r\n"국회; 본회의";정치\r\n코스피 2,500 돌파;경제\r\n'.encode()
+    )
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text('title;label\n"국회; 본회의";정치\n코스피 2,500 돌파;경제\n', encoding="utf-8")
+    for path in (named, semicolons):
+        data = read_labelled_file(path)
+        assert data.texts == ["국회; 본회의", "코스피 2,500 돌파"] and data.labels.tolist() == [6, 1]
+    named.write_bytes(named.read_bytes() + "반도체;과학\r\n".encode())
+    with pytest.raises(DataError, match=r"named.csv: line 5: unknown label '과학'"):  # lines keep their numbers
+        read_labelled_file(named, label_names=LABEL_NAMES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -182,3 +183,92 @@ def test_a_three_class_run_trains_records_and_predicts_its_own_labels(tmp_path, 
     capsys.readouterr()  # the run's own lines
     assert main([str(run_dir), "--json", "감동적인 연기 음악"]) == 0
     assert json.loads(capsys.readouterr().out)["label"] in ("긍정", "부정", "중립")
+
+
+# --- awkward label sets: found before any training ---------------------------------------------
+
+
+def job_overrides(tmp_path, data, *extra: str) -> list[str]:
+    return [
+        f"data.path={data}",
+        "logger=none",
+        f"results.dir={tmp_path / 'results'}",
+        "trainer.max_epochs=1",
+        "encoder.layers=1",
+        *TINY_MODEL,
+        *extra,
+    ]
+
+
+def distinct_headlines(per_class: int, labels=LABEL_NAMES) -> list[tuple[str, str]]:
+    return [(label, f"{label} 소식 {i}번째 기사") for label in labels for i in range(per_class)]
+
+
+@pytest.mark.parametrize(
+    "rows, folds, message",
+    [
+        (
+            distinct_headlines(12, labels=("스포츠",)),
+            5,
+            "every title is of one class (스포츠, 12 titles); a classifier needs titles of at least two classes",
+        ),
+        (
+            distinct_headlines(12, labels=("스포츠", "경제")) + distinct_headlines(4, labels=("정치",)),
+            5,
+            "cv.folds=5 needs at least 5 titles of every class present; 정치 has 4: lower cv.folds to 4 or add",
+        ),
+        (
+            distinct_headlines(12, labels=("스포츠", "경제")) + distinct_headlines(2, labels=("정치",)),
+            3,
+            "정치 has 2: add titles of 정치, 3 at least",
+        ),
+        # Enough for the folds, not for the inner split of every training fold (it holds one title out).
+        (
+            distinct_headlines(12, labels=("스포츠", "경제")) + distinct_headlines(3, labels=("정치",)),
+            2,
+            "class 정치 keeps 1 title(s) in fold 0's training part (3 in all), and choosing the epoch needs two",
+        ),
+        # Copies of one title are one title to the folds.
+        (
+            distinct_headlines(12, labels=("스포츠", "경제")) + [("정치", "국회 본회의")] * 6,
+            5,
+            "정치 has 1 (6 rows: copies of a title count once): add titles of 정치, 3 at least",
+        ),
+    ],
+)
+def test_a_label_set_the_folds_cannot_hold_is_one_line_before_any_training(tmp_path, rows, folds, message):
+    data = write_tsv(tmp_path / "train.tsv", rows)
+    with pytest.raises(DataError) as err:
+        run_in_process(job_overrides(tmp_path, data, f"cv.folds={folds}"), tmp_path / "run")
+    assert str(err.value).startswith(f"{data}: ") and message in str(err.value), str(err.value)
+    assert not (tmp_path / "results").exists() and not list((tmp_path / "run").rglob("*.ckpt"))  # nothing trained
+
+
+def test_copies_of_a_title_sit_in_one_fold_and_conflicting_labels_are_named(tmp_path, caplog):
+    from klue_tc.data import duplicate_groups, title_folds
+    from klue_tc.preflight import report_duplicates
+
+    rows = distinct_headlines(10)
+    rows += rows[:12] + [("정치", rows[0][1]), ("경제", rows[0][1])]  # 12 copied, one of them twice more as others
+    data = read_labelled_file(write_tsv(tmp_path / "copies.tsv", rows))
+    groups = duplicate_groups(data.texts)
+    for train, held in title_folds(data, 5, seed=42):
+        assert not set(groups[train]) & set(groups[held])
+        assert np.all(np.bincount(data.labels[held], minlength=7) >= 1)  # still stratified
+    with caplog.at_level("WARNING"):
+        report_duplicates(data)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{data.source}: 12 title(s) appear more than once (26 rows); each title's rows are kept in one fold; 1 of "
+        f"them carry different labels (e.g. '{rows[0][1]}': {rows[0][0]} x2, 경제 x1, 정치 x1): check those rows"
+    ]
+
+
+def test_titles_without_copies_keep_the_folds_every_record_was_made_on(tmp_path):
+    """KLUE YNAT has no two equal titles: its folds stay scikit-learn's plain stratified ones."""
+    from klue_tc.data import BUNDLED_TRAIN, duplicate_groups, stratified_folds, title_folds
+
+    data = read_labelled_file(write_tsv(tmp_path / "distinct.tsv", distinct_headlines(9)))
+    assert duplicate_groups(data.texts) is None
+    for (a_train, a_held), (b_train, b_held) in zip(title_folds(data, 3, 7), stratified_folds(data.labels, 3, 7)):
+        assert np.array_equal(a_train, b_train) and np.array_equal(a_held, b_held)
+    assert duplicate_groups(read_labelled_file(BUNDLED_TRAIN).texts) is None

@@ -481,3 +481,36 @@ def test_records_of_different_settings_are_one_line_naming_them_not_one_table(tm
     for key in ("args-2", "args-3"):  # one setting alone: its two layer counts make one table
         shutil.rmtree(store.root / key)
     assert sorted(write_report(tmp_path, baseline=False)["layers"]) == [2, 3]
+
+
+def interrupted_half_way(write):
+    """A writer that puts half its bytes where it was asked to, then is interrupted (Ctrl-C, a kill)."""
+
+    def half_then_interrupt(self, target, *args, **kwargs):
+        import io
+
+        buffer = io.BytesIO() if write.__name__ == "savefig" else io.StringIO()
+        if write.__name__ == "savefig":
+            kwargs.setdefault("format", Path(target).suffix.lstrip("."))
+        write(self, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        with open(target, "wb" if isinstance(data, bytes) else "w") as handle:
+            handle.write(data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    return half_then_interrupt
+
+
+@pytest.mark.parametrize("writer", ["savefig", "to_csv"])
+def test_a_report_interrupted_while_it_writes_leaves_the_previous_one_whole(sweep_dir: Path, monkeypatch, writer):
+    from matplotlib.figure import Figure
+
+    write_report(sweep_dir)
+    before = {p: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
+    owner = Figure if writer == "savefig" else pd.DataFrame
+    monkeypatch.setattr(owner, writer, interrupted_half_way(getattr(owner, writer)))
+    with pytest.raises(KeyboardInterrupt):
+        write_report(sweep_dir)
+    after = {p: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
+    assert after.keys() == before.keys()  # nothing half-written beside them either
+    assert [p.name for p in after if after[p] != before[p]] == []

@@ -332,6 +332,50 @@ def test_killed_sweep_reruns_only_the_missing_jobs(tmp_path, headlines_tsv):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("layout", ["the same command twice", "two users' sweeps, one store"])
+def test_two_sweeps_at_once_train_each_job_and_encoder_once_and_leave_whole_records(tmp_path, headlines_tsv, layout):
+    """Two processes over one results store and one pretrained-encoder store: the same sweep command
+    started twice (one sweep folder), or two sweeps of their own folders that share the stores and
+    take the same jobs in the opposite order (so that both want the one encoder at once)."""
+    store = tmp_path / "team"
+    shared = ["logger=none", "+experiment=transformer", "encoder.layers=1", "cv.fold=0"]
+    shared += ["pretrain=mlm", "pretrain.max_steps=2", "pretrain.batch_size=16"]
+    shared += ["hydra.sweep.subdir=${head.name}"]  # the heads' jobs in folders of their own
+    if layout == "the same command twice":
+        sweep_dirs = [tmp_path / "sweep"] * 2
+        commands = [sweep_command("smoke", tmp_path / "sweep", headlines_tsv, *shared, "head=cls,mean")] * 2
+        results, pretrained = tmp_path / "sweep" / "results", tmp_path / "sweep" / "pretrained"
+    else:
+        sweep_dirs = [tmp_path / "alice", tmp_path / "bob"]
+        stores = [f"results.dir={store / 'results'}", f"pretrain.dir={store / 'pretrained'}"]
+        commands = [
+            sweep_command("smoke", folder, headlines_tsv, *shared, *stores, f"head={order}")
+            for folder, order in zip(sweep_dirs, ("cls,mean", "mean,cls"))
+        ]
+        results, pretrained = store / "results", store / "pretrained"
+    processes = [
+        subprocess.Popen(
+            command, cwd=tmp_path, env=sweep_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for command in commands
+    ]
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert [p.returncode for p in processes] == [0, 0], "\n".join(out[-3000:] for out in outputs)
+    said = "".join(outputs)
+    assert said.count(TRAINED) == 2, said[-4000:]  # two configurations of one fold: each trained once
+    assert len(re.findall(r"pretrained encoder \w+: 2 mlm steps", said)) == 1, said[-4000:]  # one encoder, shared
+    stored = sorted(results.glob("*/fold*.json"))
+    assert len(stored) == 2 and all(FoldResult.load(p).fold == 0 for p in stored)  # whole, checksums and all
+    from klue_tc.pretraining import PretrainedStore
+
+    keys = {FoldResult.load(p).pretrained["key"] for p in stored}
+    assert len(keys) == 1 and PretrainedStore(pretrained).load(keys.pop()) is not None
+    for sweep_dir in set(sweep_dirs):
+        report = assert_report(sweep_dir, configs=2, folds=1)
+        assert report["f1_mean"].notna().all()
+
+
+@pytest.mark.slow
 def test_resume_false_retrains_and_overwrites(tmp_path, headlines_tsv):
     sweep_dir = tmp_path / "sweep"
     one_job = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]  # replaces the axes

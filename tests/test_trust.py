@@ -237,3 +237,49 @@ def test_headlines_written_as_windows_users_do_train(tmp_path):
     from klue_tc.data import read_labelled_file
 
     assert read_labelled_file(path).fingerprint() == read_labelled_file(plain).fingerprint()
+
+
+def test_a_folds_files_linked_where_they_already_are_stay_and_concurrent_links_end_whole(tmp_path):
+    """A second job of the same run directory links the fold's files from the store where the first
+    left them: they stay in place (a job reading them is never without them); jobs linking other
+    files there at once leave one whole set."""
+    import threading
+
+    from klue_tc.files import link_or_copy, link_or_copy_tree
+
+    sources = []
+    for name in ("a", "b"):
+        source = tmp_path / "store" / name / "tokenizer"
+        source.mkdir(parents=True)
+        (source / "spiece.model").write_bytes(name.encode() * 1000)
+        (source / "tokenizer.json").write_text(f'{{"from": "{name}"}}', encoding="utf-8")
+        sources.append(source)
+    fold = tmp_path / "run" / "fold0"
+    fold.mkdir(parents=True)
+    link_or_copy(sources[0] / "spiece.model", fold / "best.ckpt")
+    link_or_copy_tree(sources[0], fold / "tokenizer")
+    stamps = {p: p.stat().st_ctime_ns for p in (fold / "best.ckpt", fold / "tokenizer")}
+    time.sleep(0.01)
+    link_or_copy(sources[0] / "spiece.model", fold / "best.ckpt")
+    link_or_copy_tree(sources[0], fold / "tokenizer")
+    assert {p: p.stat().st_ctime_ns for p in stamps} == stamps  # untouched
+
+    failures = []
+
+    def link_in_turn(offset: int) -> None:
+        try:
+            for i in range(30):
+                link_or_copy_tree(sources[(i + offset) % 2], fold / "tokenizer")
+                link_or_copy(sources[(i + offset) % 2] / "spiece.model", fold / "best.ckpt")
+        except Exception as err:  # whatever a thread met, reported below
+            failures.append(err)
+
+    threads = [threading.Thread(target=link_in_turn, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    held = json.loads((fold / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))["from"]
+    assert (fold / "tokenizer" / "spiece.model").read_bytes() == held.encode() * 1000
+    assert sorted(p.name for p in fold.iterdir()) == ["best.ckpt", "tokenizer"]  # nothing left beside them

@@ -93,9 +93,9 @@ def fit_fold(
 
 def fit_titles(recipe: Any, data: Any, fold: int) -> np.ndarray:
     """The rows a fold model learns from: its training fold less the inner split, as the runs'."""
-    from klue_tc.data import inner_split, stratified_folds
+    from klue_tc.data import inner_split, title_folds
 
-    train = stratified_folds(data.labels, recipe.cv.folds, recipe.cv.seed)[fold][0]
+    train = title_folds(data, recipe.cv.folds, recipe.cv.seed)[fold][0]
     if recipe.inner_fraction is None:
         return train
     return train[inner_split(data.labels[train], recipe.inner_fraction, recipe.cv.seed)[0]]
@@ -118,12 +118,12 @@ class LinearStore:
     def compute(self, recipe: Any, data: Any) -> None:
         import joblib
 
-        from klue_tc.data import stratified_folds
+        from klue_tc.data import title_folds
 
         log.warning("fitting %s on the runs' %d folds (kept in %s)", self.baseline.name, recipe.cv.folds, self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         folds = []
-        for fold, (train, held) in enumerate(stratified_folds(data.labels, recipe.cv.folds, recipe.cv.seed)):
+        for fold, (train, held) in enumerate(title_folds(data, recipe.cv.folds, recipe.cv.seed)):
             texts = [data.texts[i] for i in train]
             model, setting, inner_f1, temperature = fit_fold(
                 self.baseline, texts, data.labels[train], recipe.inner_fraction, recipe.cv.seed, data.num_classes

@@ -204,8 +204,12 @@ def optuna_best(directory: Path) -> Optional[OptunaBest]:
     path = directory / OPTUNA_RESULTS
     if not path.is_file():
         return None
-    results = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(results.get("best_params"), dict) or "best_value" not in results:
+    try:
+        results = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as err:  # cut short: no trial is named best
+        log.warning("%s skipped: damaged (%s)", path, type(err).__name__)
+        return None
+    if not isinstance(results, dict) or not isinstance(results.get("best_params"), dict) or "best_value" not in results:
         return None  # a multi-objective study names several best trials: no one row to pick
     params, value = results["best_params"], float(results["best_value"])
     matches = [
@@ -221,7 +225,13 @@ def configs_in_store(root: Path) -> dict[str, Any]:
     """Each configuration's resolved config in a results store, by its key."""
     from klue_tc.results import CONFIG_FILE
 
-    return {path.parent.name: OmegaConf.load(path) for path in sorted(root.glob(f"*/{CONFIG_FILE}"))}
+    configs = {}
+    for path in sorted(root.glob(f"*/{CONFIG_FILE}")):
+        try:
+            configs[path.parent.name] = OmegaConf.load(path)
+        except (OSError, yaml.YAMLError) as err:  # damaged: its configuration is reported without it
+            log.warning("%s skipped: damaged (%s)", path, type(err).__name__)
+    return configs
 
 
 def same_value(found: Any, wanted: Any) -> bool:

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from klue_tc.records import FoldResult
+from klue_tc.report.output import save_figure
 from klue_tc.report.sections import Section, configurations, ranked_by_cv
 
 BEST_FOR_CLASSES, BEST_FOR_CURVES = 5, 3
@@ -135,8 +136,7 @@ def plot_confusion(matrix: np.ndarray, labels: list[str], title: str, path: Path
     ax.set(xlabel="predicted class", ylabel="true class", title=title + (f"\n{key}" if key else ""))
     ax.title.set_fontsize("small")
     fig.colorbar(image, ax=ax, label="share of the true class's titles")
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], path: Path) -> Path:
@@ -175,5 +175,4 @@ def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], pat
     axes[0].set_ylabel("macro-F1")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize="small")
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from klue_tc.report.output import save_figure
+
 EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 # What a heatmap's colour bar says its colours are, by the summary column drawn.
 VALUE_LABELS = {
@@ -130,8 +132,7 @@ def plot_f1_by_layers(
     axes[0].set_ylabel(ylabel)
     # One legend beside the panels, so that it covers no line and keys each style once.
     design_legend(fig, frame, baseline_keys(baselines))
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 # YNAT's classes in English, for figures drawn without a Hangul font.
@@ -171,8 +172,7 @@ def plot_confusion_matrix(matrix: list[list[int]], labels: list[str], path: Path
     if key:
         ax.set_title(key, fontsize=8)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_grid_heatmap(summary: pd.DataFrame, path: str | Path, value: str = "f1_mean") -> Path:
@@ -207,8 +207,7 @@ def plot_grid_heatmap(summary: pd.DataFrame, path: str | Path, value: str = "f1_
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers", xticks=range(len(layers)), xticklabels=layers)
         ax.set_yticks(range(len(rows)), rows)
     fig.colorbar(image, ax=list(axes), label=VALUE_LABELS.get(value, value))
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_effects(effects: pd.DataFrame, path: str | Path) -> Path:
@@ -236,5 +235,4 @@ def plot_effects(effects: pd.DataFrame, path: str | Path) -> Path:
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].invert_yaxis()
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)

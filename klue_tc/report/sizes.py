@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from klue_tc.errors import KlueTcError
 from klue_tc.records import FoldResult, ModelSize
+from klue_tc.report.output import save_figure
 from klue_tc.report.sections import Section, configuration_scores, configurations
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,13 @@ class ModelBuilder:
         return measure(model, lengths, tokenizer.specials.cls)
 
     def _fold(self, run, fold: int):
-        from klue_tc.data import stratified_folds, stratified_subsample, training_titles
+        from klue_tc.data import stratified_subsample, title_folds, training_titles
 
         key = repr((run.data.path, run.data.title_column, run.data.label_column, run.data.labels, run.data.limit))
         key += repr((run.seed, run.cv.folds, run.cv.seed))
         if key not in self._titles:
             data = stratified_subsample(training_titles(run.data, announce_fallback=False), run.data.limit, run.seed)
-            self._titles[key] = (data, stratified_folds(data.labels, run.cv.folds, run.cv.seed))
+            self._titles[key] = (data, title_folds(data, run.cv.folds, run.cv.seed))
         data, folds = self._titles[key]
         return data, folds[fold]
 
@@ -143,14 +144,15 @@ def configuration_sizes(
     a size found once stands; building a hundred models takes minutes on a busy CPU)."""
     import json
 
-    from klue_tc.files import atomic_write_text
+    from klue_tc.files import atomic_write_text, read_json_cache
     from klue_tc.report.loading import configs_in_store, store_roots
 
     recorded = recorded_sizes(records)
     missing = [r for r in records if r.config_hash not in recorded.index]
     if not missing:
         return recorded, []
-    stored = json.loads(cache.read_text(encoding="utf-8")) if cache is not None and cache.is_file() else {}
+    stored = read_json_cache(cache)
+    stored = stored if isinstance(stored, dict) else {}
     known = pd.DataFrame.from_dict(stored, orient="index", columns=SIZE_COLUMNS).rename_axis("config_hash")
     known = known[known.index.isin([r.config_hash for r in missing])]
     missing = [r for r in missing if r.config_hash not in known.index]
@@ -270,5 +272,4 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
             if col == 0:
                 ax.set_ylabel(label)
     design_legend(fig, frame, baseline_keys(baselines))
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return save_figure(fig, path)

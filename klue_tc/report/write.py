@@ -15,6 +15,7 @@ from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, dec
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
+from klue_tc.report.output import write_csv, write_text
 from klue_tc.report.render import (
     BASELINE,
     METRICS,
@@ -290,9 +291,9 @@ def write_report(
     effects = effects_of(folds, metrics, grids, titles, exclusion)
     verdicts = judge(folds, metrics, grids, exclusion)
     interplay = interactions_of(folds, metrics, grids, titles, exclusion)
-    effects.table.to_csv(directory / "effects.csv", index=False)
-    interplay.to_csv(directory / "interactions.csv", index=False)
-    (directory / "claims.md").write_text(
+    write_csv(effects.table, directory / "effects.csv")
+    write_csv(interplay, directory / "interactions.csv")
+    write_text(
         claims_markdown(
             verdicts.judged,
             verdicts.not_judged,
@@ -301,7 +302,7 @@ def write_report(
             left_out=verdicts.left_out,
             both_ways=verdicts.both_ways,
         ),
-        encoding="utf-8",
+        directory / "claims.md",
     )
     plots = draw(summary, effects, baselines, directory)
     sections = further_sections(directory, recipe, baselines, records)
@@ -326,9 +327,9 @@ def write_report(
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
     markdown += "".join("\n" + "\n".join(section.lines) for section in sections if section.lines)
     plots += [plot for section in sections for plot in section.plots]
-    (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
+    write_text(markdown + diverged_lines(diverged), directory / "report.md")
     summary = with_columns(summary, sections)
-    summary.to_csv(directory / "report.csv", index=False)
+    write_csv(summary, directory / "report.csv")
     print_tables(f1_tables(summary, "f1"))
     for scores in baselines:  # the reference (TF-IDF + SVM) first, as the report tables them
         validation = f", validation {scores['validation_f1']:.4f}" if pd.notna(scores["validation_f1"]) else ""

@@ -10,8 +10,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from klue_tc.checksums import checked_json, require_checksum, sha256_of, with_checksum
 from klue_tc.config import TokenizerConfig, keyed_settings
 from klue_tc.data import normalise_title
+from klue_tc.files import atomic_write_text
 from klue_tc.registry import TOKENIZERS
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -76,10 +78,14 @@ class Tokenizer(ABC):
         return [[cls, *ids[:body], sep] for ids in pieces]
 
     def save(self, directory: str | Path) -> Path:
+        """The model's files, then META_FILE naming them with their checksums (and its own), which
+        loading checks: a cached or stored tokenizer is read by every later run."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        meta = {"kind": self.kind, "max_length": self.max_length, **self._save_model(directory)}
-        (directory / META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=1))
+        files = self._save_model(directory)
+        meta = {"kind": self.kind, "max_length": self.max_length, **files}
+        meta["files_sha256"] = {name: sha256_of(directory / name) for name in files.values()}
+        atomic_write_text(directory / META_FILE, json.dumps(with_checksum(meta), ensure_ascii=False, indent=1))
         return directory
 
 
@@ -93,8 +99,12 @@ def fit_tokenizer(cfg: TokenizerConfig, train_texts: Sequence[str]) -> Tokenizer
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """The saved tokenizer; a DamagedFileError naming the file that does not match its checksum
+    (tokenizers saved by older code have none)."""
     directory = Path(directory)
-    meta = json.loads((directory / META_FILE).read_text())
+    meta = checked_json(directory / META_FILE)
+    for name, expected in meta.get("files_sha256", {}).items():
+        require_checksum(directory / name, expected, META_FILE)
     return TOKENIZERS[meta["kind"]].build.load(directory, meta)
 
 

@@ -8,6 +8,7 @@ import logging
 import shutil
 import uuid
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from klue_tc.config import TokenizerConfig
 from klue_tc.data import TEXT_NORMALISATION
+from klue_tc.errors import DamagedFileError
 from klue_tc.files import atomic_write, disk_full_error, is_disk_full, make_dirs, share_tree
 from klue_tc.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
@@ -42,8 +44,9 @@ class TokenizerCache:
         if (directory / META_FILE).is_file():
             try:
                 return load_tokenizer(directory), key
-            except Exception as err:  # cut short by a crash or a full disk: fitted again
-                log.warning("cached tokenizer %s is damaged (%s); fitting it again", directory, type(err).__name__)
+            except Exception as err:  # cut short by a crash or a full disk, or not matching its checksum: fitted again
+                why = str(err) if isinstance(err, DamagedFileError) else type(err).__name__
+                log.warning("cached tokenizer %s is damaged (%s); fitting it again", directory, why)
                 shutil.rmtree(directory, ignore_errors=True)
         tokenizer = fit_tokenizer(cfg, train_texts)
         _atomic_dir_write(directory, tokenizer.save)
@@ -58,7 +61,7 @@ class TokenizerCache:
                 if len(encoded) == len(texts):
                     return encoded
                 raise ValueError(f"{len(encoded)} titles, expected {len(texts)}")
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
                 log.warning("cached encoding %s is damaged (%s); encoding again", path, type(err).__name__)
         encoded = EncodedTitles.from_lists(tokenizer.encode(texts))
         atomic_write(path, lambda tmp: np.savez(tmp, ids=encoded.ids, offsets=encoded.offsets), suffix=".npz")
