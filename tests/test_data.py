@@ -402,7 +402,7 @@ def test_jsonl_titles_with_unicode_line_separators_and_labels_typed_on_macos_are
         {"title": "국회", "label": "정치"},
     ]
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
-    data = read_labelled_file(path)
+    data = read_labelled_file(path, label_names=LABEL_NAMES)
     assert data.texts == ["손흥민 결승골", "국회"] and data.labels.tolist() == [5, 6]
 
 
@@ -429,7 +429,7 @@ def test_a_spreadsheet_csv_in_a_comma_decimal_locale_is_read_by_its_own_separato
     semicolons = tmp_path / "semicolons.csv"
     semicolons.write_text('title;label\n"국회; 본회의";정치\n코스피 2,500 돌파;경제\n', encoding="utf-8")
     for path in (named, semicolons):
-        data = read_labelled_file(path)
+        data = read_labelled_file(path, label_names=LABEL_NAMES)
         assert data.texts == ["국회; 본회의", "코스피 2,500 돌파"] and data.labels.tolist() == [6, 1]
     named.write_bytes(named.read_bytes() + "반도체;과학\r\n".encode())
     with pytest.raises(DataError, match=r"named.csv: line 5: unknown label '과학'"):  # lines keep their numbers

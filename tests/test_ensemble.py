@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from klue_tc.data import NUM_CLASSES, stratified_folds
+from klue_tc.data import NUM_CLASSES, stratified_folds, title_folds
 from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.selection import greedy_selection, macro_f1_of
 from klue_tc.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
@@ -211,8 +211,8 @@ def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilitie
 
     sweep, train, _ = text_store
     ensemble = build_ensemble(sweep)
-    labels = read_labelled_file(train).labels
-    for k, (_, held) in enumerate(stratified_folds(labels, FOLDS, 42)):
+    data = read_labelled_file(train)
+    for k, (_, held) in enumerate(title_folds(data, FOLDS, 42)):  # the runs' folds: a title's copies in one
         stored = FoldPredictions.load(sweep / "baselines" / "nb-svm" / f"fold{k}.predicted.npz")
         assert np.array_equal(stored.scored.index, held)  # the very titles the runs' fold k scored
         assert stored.scored.probs.dtype == np.float16 and np.allclose(stored.scored.probs.sum(1), 1, atol=1e-2)
