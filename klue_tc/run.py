@@ -152,7 +152,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         to_train = [k for k in missing if k not in trained]
         held.enter_context(plan_for_other_ranks(job.config, job.run_dir, job.store.root, job.key, to_train))
         for k in to_train:
-            trained[k] = train_and_store(job, k, splits[k], cache, [progress.callback(k), progress.bar()])
+            trained[k] = train_and_store(job, k, splits[k], cache, [*progress.callbacks(k), progress.bar()])
             if interrupts.requested() is not None:  # asked to stop as the fold's training ended
                 raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job.clock.restart()  # the next fold's time to first step starts here
