@@ -20,9 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from klue_tc import interrupts
 from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
 from klue_tc.corpus import gather_sources
-from klue_tc.data import stratified_folds
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
+from klue_tc.folds import FoldTitles, job_folds, prepare, require_scored_titles
 from klue_tc.job_context import FirstStepClock, JobContext
 from klue_tc.job_setup import resolve_job, results_root
 from klue_tc.preflight import check_inputs
@@ -77,6 +77,7 @@ def start_job(cfg: DictConfig) -> JobContext:
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
     store = ResultsStore(results_root(run))
     inputs = check_inputs(run, run_dir, store.root)
+    require_scored_titles(run, inputs)
     log.info("training data: %d titles from %s", len(inputs.train), inputs.train.source)
     sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
     return resolve_job(run, resolved, run_dir, inputs, store, clock, sources)
@@ -144,7 +145,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         from klue_tc.tokenizers import TokenizerCache
 
         quiet_libraries()
-    splits = stratified_folds(job.inputs.train.labels, job.run.cv.folds, job.run.cv.seed)
+    folds = job_folds(job.run, job.inputs)
     cache = TokenizerCache(job.run.data.cache_dir)
     progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:
@@ -152,7 +153,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         to_train = [k for k in missing if k not in trained]
         held.enter_context(plan_for_other_ranks(job.config, job.run_dir, job.store.root, job.key, to_train))
         for k in to_train:
-            trained[k] = train_and_store(job, k, splits[k], cache, [*progress.callbacks(k), progress.bar()])
+            trained[k] = train_and_store(job, k, folds[k], cache, [*progress.callbacks(k), progress.bar()])
             if interrupts.requested() is not None:  # asked to stop as the fold's training ended
                 raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job.clock.restart()  # the next fold's time to first step starts here
@@ -171,15 +172,13 @@ def claim_folds(job: JobContext, folds: list[int], held: contextlib.ExitStack) -
     return {k: record for k, record in found.items() if record is not None}
 
 
-def train_and_store(
-    job: JobContext, k: int, split: tuple[np.ndarray, np.ndarray], cache, callbacks: list
-) -> FoldResult:
+def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks: list) -> FoldResult:
     """One fold: its pretrained encoder (with pretraining), its encoded titles, its training under
     its own logger, and its record in the results store."""
-    from klue_tc.training import prepare_fold, train_fold
+    from klue_tc.training import train_fold
 
-    pretrained = pretrain_for_fold(job, split[1], cache) if job.sources is not None else None
-    prepared = prepare_fold(job.run, job.inputs.train, *split, cache, pretrained)
+    pretrained = pretrain_for_fold(job, fold.held_out, cache) if job.sources is not None else None
+    prepared = prepare(job.run, fold, cache, pretrained)
     with fold_logger(job, k) as logger:
         record = train_fold(job, k, prepared, logger, callbacks, pretrained)
     job.store.put(job.key, k, record, job.config)
@@ -255,6 +254,12 @@ def final_line(result: RunResult) -> str:
     """The job's last line: its CV macro-F1 and, when scored, its validation macro-F1."""
     f1 = result.f1
     line = f"{result.describe.experiment}: CV macro-F1 {f1.mean:.4f} ± {f1.std:.4f} over {len(result.folds)} fold(s)"
+    if result.cv_folds == 1:  # a final model (klue_tc/folds.py): no CV, its score is the validation titles'
+        model = result.folds[0]
+        line = (
+            f"{result.describe.experiment}: final model on all {model.train_size + model.inner_size:,} training "
+            f"titles (epoch {model.best_epoch} of {model.epochs_run}, chosen on its inner split), no CV"
+        )
     if result.validation is not None:
         ensemble = result.validation.ensemble
         line += f"; validation macro-F1 {ensemble.f1:.4f} (accuracy {ensemble.accuracy:.4f})"
