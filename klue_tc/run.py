@@ -86,11 +86,12 @@ def start_job(cfg: DictConfig) -> JobContext:
 def score_validation(job: JobContext, folds: list[FoldResult]) -> RunValidation:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
     from klue_tc.evaluate import score_run
-    from klue_tc.report.plots import plot_confusion_matrix
+    from klue_tc.report.plots import plot_confusion
 
     validation = score_run(folds, job.inputs.validation, job.run.data.eval_batch_size)
     names = list(job.inputs.validation.label_names)
-    plot_confusion_matrix(validation.ensemble.confusion_matrix, names, job.run_dir / "confusion_matrix.png")
+    title = f"{job.run.experiment}: the fold ensemble on {Path(validation.ensemble.source).name}"
+    plot_confusion(validation.ensemble.confusion_matrix, names, job.run_dir / "confusion_matrix.png", title)
     return validation
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from klue_tc.records import FoldResult
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
-from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
+from klue_tc.report.loading import Recipe, ensemble_scores, fold_frame, fold_records, optuna_best, run_recipe
 from klue_tc.report.render import (
     BASELINE,
     METRICS,
@@ -212,6 +212,15 @@ def with_columns(summary: pd.DataFrame, sections: list[Section]) -> pd.DataFrame
     return summary
 
 
+def write_or_remove(path: Path, text: Optional[str]) -> None:
+    """Write the file, or where it would say nothing (no claim judged, no effect or interaction),
+    write none and remove one an earlier report left."""
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
 def report_command(directory: Path, baseline: bool, beside: Optional[Path]) -> str:
     """The command line that writes this report again from the same records."""
     flags = ("" if baseline else " --no-baseline") + (f" --beside {beside}" if beside else "")
@@ -240,7 +249,7 @@ def write_report(
     records = fold_records(directory)  # read once: the predictions of every fold are in them
     predictions = validation_predictions(directory, records)
     titles = TitleBootstrap(predictions) if predictions else None
-    summary = summarise_configs(folds, best, titles)
+    summary = summarise_configs(folds, best, titles, ensemble_scores(directory))
     recipe = run_recipe(directory)
     from klue_tc.report.baselines import linear_baselines
 
@@ -253,17 +262,19 @@ def write_report(
     effects = effects_of(folds, metrics, grids, titles, part)
     verdicts = judge(folds, metrics, grids, part)
     interplay = interactions_of(folds, metrics, grids, titles, part)
-    effects.table.to_csv(directory / "effects.csv", index=False)
-    interplay.to_csv(directory / "interactions.csv", index=False)
-    (directory / "claims.md").write_text(
+    write_or_remove(directory / "effects.csv", None if effects.table.empty else effects.table.to_csv(index=False))
+    write_or_remove(directory / "interactions.csv", None if interplay.empty else interplay.to_csv(index=False))
+    write_or_remove(
+        directory / "claims.md",
         claims_markdown(
             verdicts.judged,
             verdicts.not_judged,
             studies_side_by_side(folds, metrics, beside),
             report_command(directory, baseline, beside),
             left_out=verdicts.left_out,
-        ),
-        encoding="utf-8",
+        )
+        if any(verdicts.judged.values())
+        else None,
     )
     plots = draw(summary, effects, baselines, directory)
     sections = further_sections(directory, recipe, baselines, records)
