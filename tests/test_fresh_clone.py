@@ -145,6 +145,20 @@ def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
     assert "klue_tc" not in plain.stdout.replace("sweeps/*.yaml", "")  # nothing was started
 
 
+def test_make_clean_removes_the_cache_too_and_says_so(tmp_path):
+    """Tokenizers and encoded titles live in ~/.cache/klue_tc (or $KLUE_TC_CACHE): clean leaves none."""
+    cache = tmp_path / "cache"
+    (cache / "tokenizers").mkdir(parents=True)
+    (tmp_path / "outputs").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KLUE_TC_CACHE": str(cache)}
+    make = ["make", "-s", "-f", str(REPO / "Makefile"), "-C", str(tmp_path)]
+    done = subprocess.run([*make, "clean"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not cache.exists() and not (tmp_path / "outputs").exists()
+    shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "~/.cache/klue_tc" in next(line for line in shown.stdout.splitlines() if "make clean" in line)
+
+
 def test_predict_reads_titles_from_standard_input(monkeypatch):
     from klue_tc.predict import read_titles
 
