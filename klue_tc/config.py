@@ -413,7 +413,7 @@ class PretrainConfig:
     same_corpus_every_fold: bool = False
     # true: titles that are scored (the held-out fold, the validation file) may be in the corpus.
     include_scored_titles: bool = False
-    dir: Optional[str] = outside_results_key(None)  # null: `pretrained` beside the results store
+    dir: Optional[str] = outside_results_key(None)  # null: `pretrained` inside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")

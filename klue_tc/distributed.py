@@ -86,7 +86,7 @@ def run_other_rank() -> int:
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
-    from klue_tc.pretraining import PretrainedStore, pretrained_key, store_root
+    from klue_tc.pretraining import pretrained_key, store_for
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
@@ -104,13 +104,12 @@ def run_other_rank() -> int:
     folds = job_folds(run, inputs)
     pretraining = run.pretrain.objective != "none"
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
-    pretrained_store = PretrainedStore(store_root(run, Path(plan["results_root"])))
     for k in plan["folds"]:
         fold, pretrained = folds[k], None
         if pretraining:
             corpus = fold_corpus(run, sources, inputs.train, fold.held_out)
             key = pretrained_key(run, job.device, corpus, inputs.tokenizer_identity)
-            pretrained = wait_for_pretrained(pretrained_store, key)
+            pretrained = wait_for_pretrained(store_for(run, Path(plan["results_root"]), key), key)
             log.info("fold %d starts from the pretrained encoder %s", k, pretrained.key)
         else:
             fingerprint = fold.titles.subset(fold.train_idx).fingerprint()

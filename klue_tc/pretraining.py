@@ -167,8 +167,20 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
 
 
 def store_root(run: RunConfig, results_root: Path) -> Path:
-    """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root.parent / "pretrained"
+    """`pretrain.dir`, else `pretrained` inside the results store: a sweep's jobs share it, and it
+    lies in the folder the user named."""
+    return Path(run.pretrain.dir).expanduser() if run.pretrain.dir else results_root / "pretrained"
+
+
+def store_for(run: RunConfig, results_root: Path, key: str) -> PretrainedStore:
+    """The store that holds encoder `key`, or that will: store_root's, unless the encoder lies where
+    the default store was before it moved inside the results store (beside it), which is read still
+    rather than pretrained again."""
+    store = PretrainedStore(store_root(run, results_root))
+    if run.pretrain.dir or store.find(key) is not None:
+        return store
+    earlier = PretrainedStore(results_root.parent / "pretrained")
+    return earlier if earlier.find(key) is not None else store
 
 
 class PretrainedStore:

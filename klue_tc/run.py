@@ -208,13 +208,13 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key, store_root
+    from klue_tc.pretraining import LOSS_NAMES, ensure_pretrained, pretrained_key, store_for
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    store = PretrainedStore(store_root(run, job.store.root))
     key = pretrained_key(run, job.device, corpus, identity)
+    store = store_for(run, job.store.root, key)
     line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
