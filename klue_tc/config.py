@@ -71,6 +71,7 @@ class FFNActivation(_Choice):
 class LoggerKind(_Choice):
     wandb = "wandb"
     csv = "csv"
+    tensorboard = "tensorboard"
     none = "none"
 
 

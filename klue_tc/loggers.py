@@ -91,6 +91,18 @@ def finish_wandb_run(run, exit_code: int = 0) -> None:
     run.finish(exit_code=exit_code)
 
 
+def local_logs_line(kind: LoggerKind, run_dir: Path) -> Optional[str]:
+    """Where a job's CSV or TensorBoard logs are and how to look at them, in one line."""
+    if kind == LoggerKind.csv:
+        return f"per-step and per-epoch metrics: {run_dir}/csv/fold<k>/metrics.csv (one CSV a fold)"
+    if kind == LoggerKind.tensorboard:
+        return (
+            f"TensorBoard logs: {run_dir}/tensorboard; view them with `tensorboard --logdir {run_dir}/tensorboard` "
+            "(pip install tensorboard, or the [tensorboard] extra)"
+        )
+    return None
+
+
 def offline_runs_line(directory: Path) -> Optional[str]:
     """One line for every offline W&B run below `directory`: how to look at them without an account
     (`wandb leet`, a terminal viewer of local runs) and how to upload them all."""
@@ -108,11 +120,14 @@ def offline_runs_line(directory: Path) -> Optional[str]:
 
 
 def make_logger(cfg: LoggerConfig, save_dir: Path, name: str, group: str, job_type: str, config: dict):
-    """The Lightning logger of one fold's training: W&B, CSV, or none."""
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    """The Lightning logger of one fold's training: W&B, CSV, TensorBoard, or none."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     if cfg.name == LoggerKind.none:
         return None
+    if cfg.name == LoggerKind.tensorboard:
+        # Event files by tensorboardX (a dependency) where tensorboard itself is not installed.
+        return TensorBoardLogger(save_dir=str(save_dir), name="tensorboard", version=job_type, default_hp_metric=False)
     if cfg.name == LoggerKind.wandb:
         run = open_wandb_run(cfg.wandb, save_dir, name, group, job_type, config)
         if run is not None:

@@ -58,10 +58,12 @@ def run_job(cfg: DictConfig) -> RunResult:
         from klue_tc.loggers import log_aggregate
 
         log_aggregate(job.run.logger.wandb, result, job.run_dir, job.wandb_group)
-    if job.run.logger.name == LoggerKind.wandb and HydraConfig.get().mode != RunMode.MULTIRUN:
-        from klue_tc.loggers import offline_runs_line  # a sweep says it once, as it ends
+    if HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep names its W&B runs once, as it ends
+        from klue_tc.loggers import local_logs_line, offline_runs_line
 
-        if line := offline_runs_line(job.run_dir):
+        kind = job.run.logger.name
+        line = offline_runs_line(job.run_dir) if kind == LoggerKind.wandb else local_logs_line(kind, job.run_dir)
+        if line:
             print(line, flush=True)
     print(f"run directory: {job.run_dir}", flush=True)
     print(final_line(result), flush=True)
