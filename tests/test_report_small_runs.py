@@ -201,3 +201,22 @@ def test_learning_curves_tick_whole_epochs(tmp_path, monkeypatch):
     (figure,) = saved
     ticks = [tick for tick in figure.axes[0].get_xticks() if 1 <= tick <= 2]
     assert ticks and all(float(tick).is_integer() for tick in ticks)
+
+
+def test_a_small_sweeps_report_has_no_heading_with_nothing_under_it(tmp_path):
+    """A smoke sweep (4 configurations, 2 folds, no validation file, no config.yaml): what its records
+    cannot show is one list at the end, not a heading each over a 'No ...' line."""
+    cells = [("sentencepiece", e, "post", n) for e in ("transformer", "trans_blstm") for n in (2, 3)]
+    for i, cell in enumerate(cells):
+        for k in range(2):
+            write_metrics(tmp_path / f"{i}-{k}", metrics(*cell, [(k, 0.5 + 0.02 * i + 0.01 * k)], val_size=250))
+
+    write_report(tmp_path, baseline=False)
+
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    sections = markdown.split("\n## ")[1:]
+    for section in sections:
+        body = [line for line in section.splitlines()[1:] if line.strip()]
+        assert not (len(body) == 1 and body[0].startswith("No ")), section
+    left_out = next(s for s in sections if s.startswith("Not in this report"))
+    assert "- linear baselines: " in left_out and "- per-class F1 and confusion matrix: " in left_out

@@ -68,7 +68,7 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
     ranked = list(ranked_by_cv(records).index)
     scored = [key for key in ranked if validation_matrices(records, key)]
     if names is None or not scored:
-        return Section(lines + ["No per-class figures: no record holds a validation confusion matrix.", ""])
+        return Section.left_out("per-class F1 and confusion matrix", "no record holds a validation confusion matrix")
     best = scored[:BEST_FOR_CLASSES]
     table = class_table(records, best, names, baselines)
     lines += [

@@ -202,7 +202,7 @@ def size_section(
     problems = grouped(problems)
     lines = ["## Model sizes", ""]
     if sizes.empty:
-        return Section(lines + ["No sizes: " + ("; ".join(problems) or "no record carries one") + ".", ""])
+        return Section.left_out("model sizes", "; ".join(problems) or "no record carries one")
     sources = ", ".join(f"{n} {what}" for what, n in sizes["size_source"].value_counts().items())
     tables = designs.join(sizes, how="inner")
     tables["vocabulary"] = tables["tokenizer"] + tables["pretrain"].map(lambda p: "" if p == "none" else f" ({p})")

@@ -298,6 +298,9 @@ def write_report(
     for row in diverged:
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
     markdown += "".join("\n" + "\n".join(section.lines) for section in sections if section.lines)
+    absent = [section.absent for section in sections if section.absent]
+    if absent:  # one list, where a heading each would say only that there is nothing under it
+        markdown += "\n" + "\n".join(["## Not in this report", "", *(f"- {why}." for why in absent), ""])
     plots += [plot for section in sections for plot in section.plots]
     (directory / "report.md").write_text(markdown + diverged_lines(diverged), encoding="utf-8")
     summary = with_columns(summary, sections)
