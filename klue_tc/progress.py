@@ -19,8 +19,9 @@ log = logging.getLogger("klue_tc")
 # Off a terminal (nohup, tee, a file), a line this often within an epoch, where a bar would move.
 PROGRESS_EVERY_S = 30.0
 # The cost is said once the rate has been measured over this long and this many steps after the
-# first (allocator and cache warm-up), or at the first epoch's end, whichever comes first.
-COST_AFTER_S, COST_AFTER_STEPS = 5.0, 3
+# first (allocator and cache warm-up), or at the first epoch's end, whichever comes first: a
+# shorter measure read a rate off by several times on a loaded CPU.
+COST_AFTER_S, COST_AFTER_STEPS = 20.0, 5
 
 
 def quiet_libraries() -> None:
@@ -127,8 +128,9 @@ class StepLine(L.Callback):
         self.show_lines = trainer.progress_bar_callback is None
         batches = trainer.num_training_batches
         self.epoch_steps = int(batches) if batches != float("inf") else 0
-        try:
-            self.epoch_titles = len(trainer.train_dataloader.dataset)
+        try:  # an epoch cut short (trainer.limit_train_batches) is told by its steps alone
+            loader = trainer.train_dataloader
+            self.epoch_titles = len(loader.dataset) if self.epoch_steps >= len(loader) else 0
         except (AttributeError, TypeError):
             self.epoch_titles = 0
 
@@ -148,6 +150,8 @@ class StepLine(L.Callback):
             self.say_cost(trainer)
         if self.show_lines and now - self.last_line >= self.job.every_s:
             self.last_line = now
+            # counted as Lightning does: a resumed epoch's earlier steps too
+            done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
             log.info(
                 "fold %d/%d (fold %d) epoch %d/%d step %d/%d: %.0f titles/s | elapsed %s, ETA %s",
                 self.number,
@@ -155,11 +159,11 @@ class StepLine(L.Callback):
                 self.fold,
                 trainer.current_epoch + 1,
                 trainer.max_epochs,
-                batch_idx + 1,
+                done,
                 self.epoch_steps,
                 self.titles_timed / measured,
                 duration(now - self.job.started),
-                duration(self.steps_left(trainer, batch_idx + 1) * self.seconds_per_step),
+                duration(self.steps_left(trainer, done) * self.seconds_per_step),
             )
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -180,14 +184,14 @@ class StepLine(L.Callback):
         threads = f", {torch.get_num_threads()} threads" if trainer.strategy.root_device.type == "cpu" else ""
         log.info(
             "cost on this machine (%s%s): %.0f titles/s over the first %d training steps; a fold's %d epochs "
-            "of %s titles take about %s, the job's %d fold(s) about %s (each epoch's scoring adds a little; "
+            "of %s take about %s, the job's %d fold(s) about %s (each epoch's scoring adds a little; "
             "early stopping can end a fold sooner)",
             trainer.strategy.root_device.type,
             threads,
             self.titles_timed / max(time.monotonic() - self.first_step_end, 1e-9),
             self.steps_timed + 1,
             trainer.max_epochs,
-            f"{self.epoch_titles:,}" if self.epoch_titles else f"{self.epoch_steps} batches of",
+            f"{self.epoch_titles:,} titles" if self.epoch_titles else f"{self.epoch_steps} steps",
             duration(fold_seconds),
             self.job.folds,
             duration(fold_seconds * self.job.folds),

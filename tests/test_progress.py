@@ -154,3 +154,15 @@ def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monk
     lines = [r.getMessage() for r in caplog.records if r.name == "klue_tc"]
     assert sum(line.startswith("cost on this machine") for line in lines) == 1, lines
     assert not any(" step " in line for line in lines), lines
+
+
+def test_an_epoch_cut_short_is_costed_by_its_steps(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    job = JobProgress(folds_to_train=1, max_epochs=1)
+    cfg = TrainerConfig(max_epochs=1, accelerator="cpu", precision="32-true", progress_bar="none")
+    cfg.limit_train_batches = 10  # 10 of the epoch's 40 steps
+    trainer = make_trainer(cfg, cfg.precision, tmp_path, None, job.callbacks(0))
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        trainer.fit(SlowClassifier())
+    (cost,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cost on this machine")]
+    assert "a fold's 1 epochs of 10 steps take about" in cost
