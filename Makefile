@@ -12,6 +12,8 @@ SWEEPS := $(sort $(basename $(notdir $(filter-out sweeps/_%,$(wildcard sweeps/*.
 SWEEP  ?=
 ARGS   ?=
 DIR    ?=
+# tokenizers and encoded titles (data.cache_dir's default): make clean removes it
+CACHE  := $(or $(KLUE_TC_CACHE),$(HOME)/.cache/klue_tc)
 
 .PHONY: help install lint test test-all test-slurm sweep sweep-named report ensemble bench bench-gpu clean
 
@@ -63,5 +65,5 @@ bench: install  ## training throughput and F1 against the notebook's design, pre
 bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder, 2/4/8 jobs at once, the paper sweep's wall time
 	$(PY) -m benchmarks --gpu $(ARGS)
 
-clean:  ## remove outputs, W&B offline runs and caches (not the venv)
-	rm -rf outputs multirun wandb .pytest_cache
+clean:  ## remove outputs, W&B offline runs, .pytest_cache and the cache ~/.cache/klue_tc ($KLUE_TC_CACHE), not the venv
+	rm -rf outputs multirun wandb .pytest_cache "$(CACHE)"

@@ -1,5 +1,6 @@
 """`python -m klue_tc +experiment=trans_blstm`: one configuration, all folds (or a sweep with -m)."""
 
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,9 @@ from klue_tc.config import register_schemas
 from klue_tc.distributed import is_other_rank, run_other_rank
 from klue_tc.errors import KlueTcError, exit_with
 from klue_tc.files import disk_full_error, is_disk_full
+
+# Optuna's import sets up alembic's plugins, each announced at INFO: seven lines of no use to a search.
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
 try:
     register_schemas()  # imports every variant: one that breaks the contract is one line here

@@ -80,6 +80,7 @@ class FFNActivation(_Choice):
 class LoggerKind(_Choice):
     wandb = "wandb"
     csv = "csv"
+    tensorboard = "tensorboard"
     none = "none"
 
 
@@ -330,6 +331,7 @@ class LoggerConfig:
 
 @dataclass
 class CVConfig:
+    # 1: no CV, one final model on every training title, scored on the validation titles (klue_tc/folds.py)
     folds: int = 5
     fold: Optional[int] = outside_results_key(None)  # run only this fold (each fold has its own record)
     seed: int = 42  # fixed: the same fold assignment on every run and machine
@@ -339,7 +341,7 @@ class CVConfig:
 
     def checks(self) -> list[Check]:
         return [
-            at_least("cv.folds", self.folds, 2),
+            at_least("cv.folds", self.folds, 1),
             (
                 0.0 < self.inner_fraction <= 0.5,
                 f"cv.inner_fraction must be in (0, 0.5], got {self.inner_fraction}",
@@ -452,7 +454,7 @@ class PretrainConfig:
     same_corpus_every_fold: bool = False
     # true: titles that are scored (the held-out fold, the validation file) may be in the corpus.
     include_scored_titles: bool = False
-    dir: Optional[str] = outside_results_key(None)  # null: `pretrained` beside the results store
+    dir: Optional[str] = outside_results_key(None)  # null: `pretrained` inside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
     electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
@@ -460,8 +462,9 @@ class PretrainConfig:
     stall: StallConfig = keyed_while_on(StallConfig)
 
     def store_dir(self, results_root: Path) -> Path:
-        """`pretrain.dir`, else `pretrained` beside the results store (so a sweep's jobs share it)."""
-        return Path(self.dir).expanduser() if self.dir else results_root.parent / "pretrained"
+        """`pretrain.dir`, else `pretrained` inside the results store: a sweep's jobs share it, and it
+        lies in the folder the user named."""
+        return Path(self.dir).expanduser() if self.dir else results_root / "pretrained"
 
     def checks(self) -> list[Check]:
         return [

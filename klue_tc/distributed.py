@@ -82,16 +82,16 @@ def run_other_rank() -> int:
     """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
     from klue_tc.config import validate
     from klue_tc.corpus import fold_corpus, gather_sources
-    from klue_tc.data import title_folds
+    from klue_tc.folds import job_folds, prepare
     from klue_tc.job_context import FirstStepClock
     from klue_tc.job_setup import resolve_job
     from klue_tc.preflight import check_inputs
-    from klue_tc.pretraining import PretrainedStore, pretrained_key
+    from klue_tc.pretraining import pretrained_key, store_for
     from klue_tc.progress import quiet_libraries
     from klue_tc.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
     from klue_tc.tokenizers.cache import tokenizer_key
-    from klue_tc.training import prepare_fold, train_fold
+    from klue_tc.training import train_fold
 
     logging.basicConfig(level=logging.WARNING, format=f"rank {os.environ['LOCAL_RANK']}: %(levelname)s: %(message)s")
     log.setLevel(logging.INFO)  # this module's few lines say what the rank trains from
@@ -101,21 +101,20 @@ def run_other_rank() -> int:
     quiet_libraries()
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
     job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
-    splits = title_folds(inputs.train, run.cv.folds, run.cv.seed)
+    folds = job_folds(run, inputs)
     pretraining = run.pretrain.objective != "none"
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
-    pretrained_store = PretrainedStore(run.pretrain.store_dir(Path(plan["results_root"])))
     for k in plan["folds"]:
-        train_idx, val_idx = splits[k]
-        pretrained = None
+        fold, pretrained = folds[k], None
         if pretraining:
-            corpus = fold_corpus(run, sources, inputs.train, val_idx)
+            corpus = fold_corpus(run, sources, inputs.train, fold.held_out)
             key = pretrained_key(run, job.device, corpus, inputs.tokenizer_identity)
-            pretrained = wait_for_pretrained(pretrained_store, key)
+            pretrained = wait_for_pretrained(store_for(run, Path(plan["results_root"]), key), key)
             log.info("fold %d starts from the pretrained encoder %s", k, pretrained.key)
         else:
-            wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, inputs.train.subset(train_idx).fingerprint()))
-        prepared = prepare_fold(run, inputs.train, train_idx, val_idx, cache, pretrained)
+            fingerprint = fold.titles.subset(fold.train_idx).fingerprint()
+            wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, fingerprint))
+        prepared = prepare(run, fold, cache, pretrained)
         job.clock.restart()
         train_fold(job, k, prepared, pretrained=pretrained)
     return 0

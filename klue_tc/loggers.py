@@ -4,8 +4,10 @@ configuration's aggregate run, from its typed result."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -26,13 +28,26 @@ def _has_api_key() -> bool:
 
 
 def open_wandb_run(
-    cfg: WandbConfig, save_dir: Path, name: str, group: Optional[str], job_type: str, config: Optional[dict] = None
+    cfg: WandbConfig,
+    save_dir: Path,
+    name: str,
+    group: Optional[str],
+    job_type: str,
+    config: Optional[dict] = None,
+    replaces_earlier: bool = False,
 ):
-    """A started W&B run, or None with one warning when W&B cannot start (local files are the record)."""
+    """A started W&B run, or None with one warning when W&B cannot start (local files are the record).
+    `replaces_earlier`: a run made again from the same records at each re-run (an aggregate, a
+    report): offline, it takes the id of the one an earlier run left in `save_dir`, which it replaces."""
     mode = cfg.mode
     if mode == "online" and not _has_api_key():
         log.warning("W&B online mode asked for but no API key is set; logging offline")
         mode = "offline"
+    run_id = None
+    if replaces_earlier and mode == "offline":
+        run_id = stable_run_id(save_dir, cfg.project, group, name)
+        for earlier in (save_dir / "wandb").glob(f"offline-run-*-{run_id}"):
+            shutil.rmtree(earlier, ignore_errors=True)
     try:
         import wandb
 
@@ -48,6 +63,7 @@ def open_wandb_run(
             job_type=job_type,
             dir=str(save_dir),
             mode=mode,
+            id=run_id,
             config=redact(config),
             reinit="create_new",
             settings=wandb.Settings(console="off", x_disable_stats=True, silent=True, x_disable_meta=argv_has_secret),
@@ -61,23 +77,57 @@ def open_wandb_run(
         return None
 
 
+def stable_run_id(save_dir: Path, project: str, group: Optional[str], name: str) -> str:
+    """The same W&B run id for the same run made again in the same folder."""
+    text = "\0".join([str(Path(save_dir).resolve()), project, group or "", name])
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
 def finish_wandb_run(run, exit_code: int = 0) -> None:
-    """Finish the run (a non-zero `exit_code` marks it failed); an offline one says how to upload it."""
+    """Finish the run (a non-zero `exit_code` marks it failed); offline_runs_line says how to view
+    and upload the offline ones, once for all of a job's or sweep's runs."""
     if run is None:
         return
-    offline = run.settings.mode == "offline" if hasattr(run.settings, "mode") else False
-    directory = getattr(run.settings, "sync_dir", None)
     run.finish(exit_code=exit_code)
-    if offline and directory:
-        log.info("W&B run saved offline; upload it with: wandb sync %s", directory)
+
+
+def local_logs_line(kind: LoggerKind, run_dir: Path) -> Optional[str]:
+    """Where a job's CSV or TensorBoard logs are and how to look at them, in one line."""
+    if kind == LoggerKind.csv:
+        return f"per-step and per-epoch metrics: {run_dir}/csv/fold<k>/metrics.csv (one CSV a fold)"
+    if kind == LoggerKind.tensorboard:
+        return (
+            f"TensorBoard logs: {run_dir}/tensorboard; view them with `tensorboard --logdir {run_dir}/tensorboard` "
+            "(pip install tensorboard, or the [tensorboard] extra)"
+        )
+    return None
+
+
+def offline_runs_line(directory: Path) -> Optional[str]:
+    """One line for every offline W&B run below `directory`: how to look at them without an account
+    (`wandb leet`, a terminal viewer of local runs) and how to upload them all."""
+    runs = sorted(Path(directory).rglob("offline-run-*"))
+    runs = [r for r in runs if r.is_dir() and r.parent.name == "wandb"]
+    if not runs:
+        return None
+    folders = sorted({r.parent for r in runs})
+    if len(folders) == 1:
+        view, upload = f"wandb leet {folders[0]}", f"wandb sync {folders[0]}/offline-run-*"
+    else:
+        view = f"wandb leet {folders[0]} (a job's)"
+        upload = f"wandb sync $(find {directory} -type d -path '*/wandb/offline-run-*')"
+    return f"W&B: {len(runs)} run(s) saved offline; view them with `{view}`, upload them with `{upload}`"
 
 
 def make_logger(cfg: LoggerConfig, save_dir: Path, name: str, group: str, job_type: str, config: dict):
-    """The Lightning logger of one fold's training: W&B, CSV, or none."""
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    """The Lightning logger of one fold's training: W&B, CSV, TensorBoard, or none."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     if cfg.name == LoggerKind.none:
         return None
+    if cfg.name == LoggerKind.tensorboard:
+        # Event files by tensorboardX (a dependency) where tensorboard itself is not installed.
+        return TensorBoardLogger(save_dir=str(save_dir), name="tensorboard", version=job_type, default_hp_metric=False)
     if cfg.name == LoggerKind.wandb:
         run = open_wandb_run(cfg.wandb, save_dir, name, group, job_type, config)
         if run is not None:
@@ -109,7 +159,7 @@ def log_aggregate(cfg: WandbConfig, result: RunResult, run_dir: Path, group: str
     config = {**asdict(describe), "config_hash": result.config_hash}
     config.pop("pretrain")  # the keys aggregate runs had before pretraining existed: dashboards' filters still match
     name = f"{describe.experiment}-{result.config_hash}-cv"
-    wandb_run = open_wandb_run(cfg, run_dir, name, group, "aggregate", config)
+    wandb_run = open_wandb_run(cfg, run_dir, name, group, "aggregate", config, replaces_earlier=True)
     if wandb_run is None:
         return
     import wandb

@@ -4,11 +4,13 @@ from an ensemble's folder (python -m klue_tc.ensemble): its members' weighted av
 python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성전자, 새 반도체 공장 착공"
 python -m klue_tc.predict RUN_DIR --file titles.txt --json
 python -m klue_tc.predict outputs/sweeps/ensemble/ensemble-model "삼성전자, 새 반도체 공장 착공"
+python -m klue_tc.predict RUN_DIR --file titles.txt > predictions.csv   # CSV where stdout is no terminal
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import logging
 import sys
@@ -148,6 +150,17 @@ def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]])
     Console().print(table)
 
 
+def write_rows(titles: Sequence[str], predictions: Sequence[tuple[str, float]], form: str) -> None:
+    """One row per title: CSV (title,label,probability, with a header) or one JSON object a line."""
+    if form == "json":
+        for title, (label, prob) in zip(titles, predictions):
+            print(json.dumps({"title": title, "label": label, "probability": prob}, ensure_ascii=False))
+        return
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(["title", "label", "probability"])
+    writer.writerows((title, label, f"{prob:.4f}") for title, (label, prob) in zip(titles, predictions))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m klue_tc.predict", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -161,7 +174,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         "skipped); - reads standard input",
     )
     parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
-    parser.add_argument("--json", action="store_true", help="print one JSON object a line instead of a table")
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        help="table (the default on a terminal), csv (the default elsewhere: `> file.csv`), json (one object a line)",
+    )
+    parser.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
     parser.add_argument(
         "--available-folds",
         action="store_true",
@@ -180,11 +198,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (KlueTcError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT
-    if args.json:
-        for title, (label, prob) in zip(titles, predictions):
-            print(json.dumps({"title": title, "label": label, "probability": prob}, ensure_ascii=False))
-    else:
+    form = args.format or ("table" if sys.stdout.isatty() else "csv")
+    if form == "table":
         print_table(titles, predictions)
+    else:
+        write_rows(titles, predictions, form)
     return 0
 
 

@@ -178,6 +178,17 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def store_for(run: RunConfig, results_root: Path, key: str) -> PretrainedStore:
+    """The store that holds encoder `key`, or that will: pretrain.store_dir's, unless the encoder lies where
+    the default store was before it moved inside the results store (beside it), which is read still
+    rather than pretrained again."""
+    store = PretrainedStore(run.pretrain.store_dir(results_root))
+    if run.pretrain.dir or store.find(key) is not None:
+        return store
+    earlier = PretrainedStore(results_root.parent / "pretrained")
+    return earlier if earlier.find(key) is not None else store
+
+
 class PretrainedStore:
     """One folder per key: the encoder's weights, its tokenizer and what made them; while it
     trains, its resumable state."""

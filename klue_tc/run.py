@@ -20,9 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from klue_tc import interrupts
 from klue_tc.config import LoggerKind, job_config, keyed_settings, validate
 from klue_tc.corpus import gather_sources
-from klue_tc.data import LABEL_NAMES, title_folds
+from klue_tc.data import LABEL_NAMES
 from klue_tc.distributed import plan_for_other_ranks
 from klue_tc.files import atomic_write_text, link_or_copy, link_or_copy_tree, tolerate_full_disk_in_logs
+from klue_tc.folds import FoldTitles, job_folds, prepare, require_scored_titles
 from klue_tc.job_context import FirstStepClock, JobContext
 from klue_tc.job_setup import resolve_job, results_root
 from klue_tc.preflight import check_inputs
@@ -58,6 +59,13 @@ def run_job(cfg: DictConfig) -> RunResult:
         from klue_tc.loggers import log_aggregate
 
         log_aggregate(job.run.logger.wandb, result, job.run_dir, job.wandb_group)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep names its W&B runs once, as it ends
+        from klue_tc.loggers import local_logs_line, offline_runs_line
+
+        kind = job.run.logger.name
+        line = offline_runs_line(job.run_dir) if kind == LoggerKind.wandb else local_logs_line(kind, job.run_dir)
+        if line:
+            print(line, flush=True)
     print(f"run directory: {job.run_dir}", flush=True)
     print(final_line(result), flush=True)
     return result
@@ -77,6 +85,7 @@ def start_job(cfg: DictConfig) -> JobContext:
     inputs = check_inputs(run, run_dir, store.root)  # the folders it writes first: a full disk is its line
     # The config that produced every number in this directory, resolved, beside metrics.json.
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(resolved))
+    require_scored_titles(run, inputs)
     names = inputs.train.label_names
     labels = "" if names == LABEL_NAMES else f"; {len(names)} labels: {', '.join(names)}"
     log.info("training data: %d titles from %s%s", len(inputs.train), inputs.train.source, labels)
@@ -87,11 +96,12 @@ def start_job(cfg: DictConfig) -> JobContext:
 def score_validation(job: JobContext, folds: list[FoldResult]) -> RunValidation:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
     from klue_tc.evaluate import score_run
-    from klue_tc.report.plots import plot_confusion_matrix
+    from klue_tc.report.plots import plot_confusion
 
     validation = score_run(folds, job.inputs.validation, job.run.data.eval_batch_size)
     names = list(job.inputs.validation.label_names)
-    plot_confusion_matrix(validation.ensemble.confusion_matrix, names, job.run_dir / "confusion_matrix.png")
+    title = f"{job.run.experiment}: the fold ensemble on {Path(validation.ensemble.source).name}"
+    plot_confusion(validation.ensemble.confusion_matrix, names, job.run_dir / "confusion_matrix.png", title)
     return validation
 
 
@@ -146,7 +156,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         from klue_tc.tokenizers import TokenizerCache
 
         quiet_libraries()
-    splits = title_folds(job.inputs.train, job.run.cv.folds, job.run.cv.seed)
+    folds = job_folds(job.run, job.inputs)
     cache = TokenizerCache(job.run.data.cache_dir)
     progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:
@@ -154,7 +164,7 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         to_train = [k for k in missing if k not in trained]
         held.enter_context(plan_for_other_ranks(job.config, job.run_dir, job.store.root, job.key, to_train))
         for k in to_train:
-            trained[k] = train_and_store(job, k, splits[k], cache, [progress.callback(k), progress.bar()])
+            trained[k] = train_and_store(job, k, folds[k], cache, [*progress.callbacks(k), progress.bar()])
             if interrupts.requested() is not None:  # asked to stop as the fold's training ended
                 raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
             job.clock.restart()  # the next fold's time to first step starts here
@@ -173,15 +183,13 @@ def claim_folds(job: JobContext, folds: list[int], held: contextlib.ExitStack) -
     return {k: record for k, record in found.items() if record is not None}
 
 
-def train_and_store(
-    job: JobContext, k: int, split: tuple[np.ndarray, np.ndarray], cache, callbacks: list
-) -> FoldResult:
+def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks: list) -> FoldResult:
     """One fold: its pretrained encoder (with pretraining), its encoded titles, its training under
     its own logger, and its record in the results store."""
-    from klue_tc.training import prepare_fold, train_fold
+    from klue_tc.training import train_fold
 
-    pretrained = pretrain_for_fold(job, split[1], cache) if job.sources is not None else None
-    prepared = prepare_fold(job.run, job.inputs.train, *split, cache, pretrained)
+    pretrained = pretrain_for_fold(job, fold.held_out, cache) if job.sources is not None else None
+    prepared = prepare(job.run, fold, cache, pretrained)
     with fold_logger(job, k) as logger:
         record = train_fold(job, k, prepared, logger, callbacks, pretrained)
     job.store.put(job.key, k, record, job.config)
@@ -210,13 +218,13 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import LOSS_NAMES, PretrainedStore, ensure_pretrained, pretrained_key
+    from klue_tc.pretraining import LOSS_NAMES, ensure_pretrained, pretrained_key, store_for
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    store = PretrainedStore(run.pretrain.store_dir(job.store.root))
     key = pretrained_key(run, job.device, corpus, identity)
+    store = store_for(run, job.store.root, key)
     line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
@@ -257,6 +265,12 @@ def final_line(result: RunResult) -> str:
     """The job's last line: its CV macro-F1 and, when scored, its validation macro-F1."""
     f1 = result.f1
     line = f"{result.describe.experiment}: CV macro-F1 {f1.mean:.4f} ± {f1.std:.4f} over {len(result.folds)} fold(s)"
+    if result.cv_folds == 1:  # a final model (klue_tc/folds.py): no CV, its score is the validation titles'
+        model = result.folds[0]
+        line = (
+            f"{result.describe.experiment}: final model on all {model.train_size + model.inner_size:,} training "
+            f"titles (epoch {model.best_epoch} of {model.epochs_run}, chosen on its inner split), no CV"
+        )
     if result.validation is not None:
         ensemble = result.validation.ensemble
         line += f"; validation macro-F1 {ensemble.f1:.4f} (accuracy {ensemble.accuracy:.4f})"

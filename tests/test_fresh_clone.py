@@ -157,6 +157,20 @@ def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
     assert base.stdout.splitlines() == [f"no sweep _base: SWEEP is one of {' '.join(SWEEP_FILES)}"]
 
 
+def test_make_clean_removes_the_cache_too_and_says_so(tmp_path):
+    """Tokenizers and encoded titles live in ~/.cache/klue_tc (or $KLUE_TC_CACHE): clean leaves none."""
+    cache = tmp_path / "cache"
+    (cache / "tokenizers").mkdir(parents=True)
+    (tmp_path / "outputs").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KLUE_TC_CACHE": str(cache)}
+    make = ["make", "-s", "-f", str(REPO / "Makefile"), "-C", str(tmp_path)]
+    done = subprocess.run([*make, "clean"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not cache.exists() and not (tmp_path / "outputs").exists()
+    shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "~/.cache/klue_tc" in next(line for line in shown.stdout.splitlines() if "make clean" in line)
+
+
 def test_predict_reads_titles_from_standard_input(monkeypatch):
     from klue_tc.predict import read_titles
 
@@ -215,23 +229,37 @@ def test_an_ad_hoc_multirun_shares_the_store_so_its_rerun_resumes(tmp_path, swee
     assert str(results_root(validate(cfg))) == expected.replace("SWEEP_DIR", str(tmp_path))
 
 
+def quickstart_commands() -> list[list[str]]:
+    """The quickstart's commands in order, as the shell splits them."""
+    quickstart = README.split("## Quickstart (offline)")[1].split("\n## ")[0]
+    return [shlex.split(line.strip(), comments=True) for line in quickstart.splitlines() if line.startswith("    ")]
+
+
+def test_the_quickstart_activates_the_venv_then_starts_with_a_run_of_minutes():
+    """A new user types the first commands first: the venv's python (else `No module named 'hydra'`),
+    then a small run, not the full one, which takes most of a day on a laptop's CPU."""
+    commands = [c for c in quickstart_commands() if c]
+    assert commands[0] == [".", ".venv/bin/activate"]
+    first_run = next(c for c in commands if c[:3] == ["python", "-m", "klue_tc"])
+    sizes = dict(arg.split("=", 1) for arg in first_run[3:] if "=" in arg)
+    assert int(sizes["data.limit"]) <= 3000 and int(sizes["trainer.max_epochs"]) <= 2 and int(sizes["cv.folds"]) <= 3
+    assert "cost on this machine" in " ".join(README.split())  # the full run says what it costs at once
+
+
 @pytest.mark.slow
 def test_the_quickstart_runs_as_written_offline(tmp_path):
     """The quickstart's commands in order, each training command with tiny sizes appended: offline
     they train on the bundled split, then report and predict read what they wrote."""
-    quickstart = README.split("## Quickstart (offline)")[1].split("\n## ")[0]
-    commands = [shlex.split(line.strip(), comments=True) for line in quickstart.splitlines() if line.startswith("    ")]
-    # `make test` and `make lint` are the suite itself: CI runs them
-    commands = [
-        c for c in commands if c and c[0] in ("python", "make") and c[:2] not in (["make", "test"], ["make", "lint"])
-    ]
+    commands = [c for c in quickstart_commands() if c and c[0] in ("python", "make")]
+    commands = [c for c in commands if c[:2] not in (["make", "test"], ["make", "lint"])]  # CI runs the suite
     assert [c[:3] for c in commands] == [
         ["python", "-m", "klue_tc"],
         ["python", "-m", "klue_tc"],
-        ["python", "-m", "klue_tc"],
-        ["make", "report", "DIR=outputs/runs/transformer"],
-        ["python", "-m", "klue_tc.predict", "outputs/runs/transformer/<time>"][:3],
+        ["make", "report", "DIR=outputs/runs/trans_blstm"],
+        ["python", "-m", "klue_tc.predict"],
+        ["python", "-m", "klue_tc.predict"],
     ]
+    (tmp_path / "titles.txt").write_text("삼성전자, 새 반도체 공장 착공\n손흥민 결승골\n", encoding="utf-8")
     for command in commands:
         if command[:3] == ["python", "-m", "klue_tc"]:
             done = run_python([*command[1:], *TINY], cwd=tmp_path, timeout=300)
@@ -244,6 +272,9 @@ def test_the_quickstart_runs_as_written_offline(tmp_path):
             assert done.returncode == 0, done.stderr[-2000:]
             assert "bundled" not in done.stdout + done.stderr
         else:
-            run_dir = next((tmp_path / "outputs" / "runs" / "transformer").glob("*/metrics.json")).parent
-            done = run_python(["-m", "klue_tc.predict", str(run_dir), *command[4:]], cwd=tmp_path, timeout=300)
+            run_dir = next((tmp_path / "outputs" / "runs" / "trans_blstm").glob("*/metrics.json")).parent
+            args, _, target = " ".join(command[4:]).partition(" > ")  # the shell's redirection
+            done = run_python(["-m", "klue_tc.predict", str(run_dir), *shlex.split(args)], cwd=tmp_path, timeout=300)
             assert done.returncode == 0, done.stderr[-2000:]
+            if target:
+                assert done.stdout.startswith("title,label,probability\n")

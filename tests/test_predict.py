@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from klue_tc.data import LABEL_NAMES
@@ -86,9 +88,22 @@ def test_cli_json_from_a_file(run_dir: Path, tmp_path: Path, capsys):
 
 
 def test_cli_table(run_dir: Path, capsys):
-    assert main([str(run_dir), TITLES[2]]) == 0
+    assert main([str(run_dir), TITLES[2], "--format", "table"]) == 0
     out = capsys.readouterr().out
     assert "probability" in out and any(name in out for name in LABEL_NAMES)
+
+
+def test_output_that_is_no_terminal_gets_csv(run_dir: Path, capsys):
+    """`predict RUN ... > file` writes CSV a spreadsheet or pandas reads, whatever a title holds."""
+    titles = [TITLES[0], '쉼표, "따옴표" 든 제목']
+    assert main([str(run_dir), *titles]) == 0  # pytest's captured stdout is no terminal
+
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(frame.columns) == ["title", "label", "probability"]
+    assert frame["title"].tolist() == titles
+    assert frame["label"].isin(LABEL_NAMES).all() and frame["probability"].between(0, 1).all()
+    assert main([str(run_dir), TITLES[1], "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("title,label,probability\n")
 
 
 def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys):

@@ -417,8 +417,24 @@ def test_masked_language_model_keeps_the_classifier_encoder_init(tmp_path):
         assert torch.equal(tensor, module.model.encoder.state_dict()[name])
 
 
+def test_the_pretrained_store_lies_inside_results_dir_and_one_beside_it_is_still_read(tmp_path, monkeypatch):
+    """By default the store is <results.dir>/pretrained, inside the folder the user named; an encoder
+    that earlier code stored beside it (<results.dir>/../pretrained) is found there, not pretrained again."""
+    run, results = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm"), tmp_path / "results"
+    assert pretraining.store_root(run, results) == results / "pretrained"
+    assert pretraining.store_for(run, results, "k").root == results / "pretrained"  # nothing stored yet
+    earlier = tmp_path / "pretrained" / "k"
+    earlier.mkdir(parents=True)
+    (earlier / pretraining.META_FILE).write_text(json.dumps({"tokenizer_key": "t"}), encoding="utf-8")
+    monkeypatch.setattr(pretraining, "load_tokenizer", lambda path: object())
+    assert pretraining.store_for(run, results, "k").root == tmp_path / "pretrained"
+    assert pretraining.store_for(run, results, "other").root == results / "pretrained"
+    mine = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", f"pretrain.dir={tmp_path / 'mine'}")
+    assert pretraining.store_for(mine, results, "k").root == tmp_path / "mine"  # pretrain.dir as named
+
+
 @pytest.mark.slow
-def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path):
+def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path, monkeypatch):
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
     validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=3, seed=9))
     run_dir = tmp_path / "run"
@@ -439,8 +455,9 @@ def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path
         "pretrain.batch_size=16",
     ]
     run_in_process(common, run_dir)
-    stored = list((tmp_path / "pretrained").iterdir())
+    stored = list((tmp_path / "results" / "pretrained").iterdir())  # inside the results.dir named
     assert len(stored) == 1  # three folds, one corpus: one pretrained encoder
+    assert not (tmp_path / "pretrained").exists()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     records = [fold["pretrained"] for fold in metrics["folds"]]
     assert {r["key"] for r in records} == {stored[0].name} and not records[0]["include_scored_titles"]
@@ -448,7 +465,13 @@ def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path
     assert records[0]["device"] == metrics["folds"][0]["device"] and records[0]["threads"] >= 1  # what ran it
     # A second sweep over the same key: the results are found and nothing trains.
     run_in_process([*common, "results.resume=false"], tmp_path / "run2")
-    assert len(list((tmp_path / "pretrained").iterdir())) == 1
+    assert len(list((tmp_path / "results" / "pretrained").iterdir())) == 1
+    # An encoder where earlier code stored it, beside the results store, is found there, not pretrained again.
+    (tmp_path / "results" / "pretrained").rename(tmp_path / "pretrained")
+    monkeypatch.setattr(pretraining, "pretrain_encoder", lambda *a, **k: pytest.fail("pretrained again"))
+    run_in_process([*common, "results.resume=false"], tmp_path / "run3")
+    metrics = json.loads((tmp_path / "run3" / "metrics.json").read_text())
+    assert {Path(fold["pretrained"]["path"]).parent for fold in metrics["folds"]} == {tmp_path / "pretrained"}
 
 
 @pytest.mark.slow
@@ -477,7 +500,7 @@ def test_the_command_line_pretrains_then_fine_tunes_and_logs_pretraining_as_its_
     assert re.search(r"pretraining step (\d+)/\1: MLM loss \d+\.\d{3} \| elapsed", done.stdout + done.stderr)
     fold = json.loads((run_dir / "metrics.json").read_text())["folds"][0]
     stored = Path(fold["pretrained"]["path"])
-    assert stored.parent == tmp_path / "pretrained" and (stored / "encoder.pt").is_file()
+    assert stored.parent == tmp_path / "results" / "pretrained" and (stored / "encoder.pt").is_file()
     assert fold["pretrained"]["steps"] == 2 * -(-fold["pretrained"]["corpus_titles"] // 16)
     payloads = [p.read_bytes() for p in run_dir.glob("wandb/offline-run-*/*.wandb")]
     pretrain_runs = [p for p in payloads if b"pretrain/mlm_loss" in p]

@@ -107,3 +107,62 @@ def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monk
     assert any(line.startswith("Epoch 2/2") for line in shown), "\n".join(shown)
     assert not any(re.match(r"Epoch [01]/1", line) for line in shown), "\n".join(shown)
     assert handler.stream is terminal  # the log handler has its own stream back once the bar is gone
+
+
+class SlowClassifier(TinyClassifier):
+    """A step long enough that the lines' clock moves: 40 batches of 8 titles a 10 ms step."""
+
+    def training_step(self, batch, batch_idx):
+        import time
+
+        time.sleep(0.01)
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(320, 4, generator=generator), torch.randint(0, 3, (320,), generator=generator))
+        return DataLoader(data, batch_size=8)
+
+
+def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch(tmp_path, monkeypatch, caplog):
+    """Written to a file (no bar), a job says before its first epoch ends what all its folds cost
+    at the measured rate, then a step line at a fixed interval within the epoch."""
+    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    job = JobProgress(folds_to_train=3, max_epochs=2, every_s=0.05)
+    cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="none")
+    trainer = make_trainer(cfg, cfg.precision, tmp_path, None, job.callbacks(0))
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        trainer.fit(SlowClassifier())
+    lines = [r.getMessage() for r in caplog.records if r.name == "klue_tc"]
+    cost = [i for i, line in enumerate(lines) if line.startswith("cost on this machine")]
+    first_epoch = next(i for i, line in enumerate(lines) if "epoch 1/2: val macro-F1" in line)
+    assert len(cost) == 1 and cost[0] < first_epoch, lines
+    assert re.search(r"a fold's 2 epochs of 320 titles take about \S+, the job's 3 fold\(s\) about \S+", lines[cost[0]])
+    steps = [line for line in lines[:first_epoch] if re.match(r"fold 1/3 \(fold 0\) epoch 1/2 step \d+/40: \d+ ", line)]
+    assert steps and all("titles/s | elapsed" in line and "ETA" in line for line in steps), lines
+
+
+def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    job = JobProgress(folds_to_train=1, max_epochs=1, every_s=0.0)
+    bar = EpochProgressBar(refresh_rate=1, console_kwargs={"file": io.StringIO()})
+    cfg = TrainerConfig(max_epochs=1, accelerator="cpu", precision="32-true", progress_bar="rich")
+    trainer = make_trainer(cfg, cfg.precision, tmp_path, None, [*job.callbacks(0), bar])
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        trainer.fit(SlowClassifier())
+    rich.reconfigure()
+    lines = [r.getMessage() for r in caplog.records if r.name == "klue_tc"]
+    assert sum(line.startswith("cost on this machine") for line in lines) == 1, lines
+    assert not any(" step " in line for line in lines), lines
+
+
+def test_an_epoch_cut_short_is_costed_by_its_steps(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    job = JobProgress(folds_to_train=1, max_epochs=1)
+    cfg = TrainerConfig(max_epochs=1, accelerator="cpu", precision="32-true", progress_bar="none")
+    cfg.limit_train_batches = 10  # 10 of the epoch's 40 steps
+    trainer = make_trainer(cfg, cfg.precision, tmp_path, None, job.callbacks(0))
+    with caplog.at_level(logging.INFO, logger="klue_tc"):
+        trainer.fit(SlowClassifier())
+    (cost,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cost on this machine")]
+    assert "a fold's 1 epochs of 10 steps take about" in cost

@@ -300,8 +300,10 @@ def test_without_the_data_file_the_report_says_so_and_keeps_what_the_records_hol
         config.write_text(text.replace(str(results.parent.parent / "train.tsv"), str(tmp_path / "gone.tsv")))
     write_report(moved.parent)
     markdown = (moved.parent / "report.md").read_text(encoding="utf-8")
-    assert "No class mix: " in markdown and "gone.tsv" in markdown
-    assert "No baseline scored" in markdown
+    left_out = markdown.split("## Not in this report")[1]  # one list, not a heading each with nothing under it
+    assert "- class mix: " in left_out and "gone.tsv" in left_out
+    assert "- linear baselines: the runs name no common data file and folds." in left_out
+    assert "## Class mix" not in markdown and "## Linear baselines" not in markdown
     assert "(1 recorded)" in markdown  # the sizes the records carry need no data
 
 

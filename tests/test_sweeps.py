@@ -435,6 +435,11 @@ def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv
         "trainer.max_epochs",
     }
     assert OmegaConf.load(sweep_dir / "0" / ".hydra" / "hydra.yaml").hydra.sweeper.direction == "maximize"
+    # A line per trial, the trials' table at the end, and no alembic set-up lines from Optuna's import.
+    output = done.stdout + done.stderr
+    assert "trial 0/2: " in output and "trial 1/2: " in output and "Optuna trials (" in output
+    assert "setup plugin alembic" not in output
+    assert (sweep_dir / "trials.csv").is_file()
 
 
 def test_study_grid_is_the_120_paper_configurations_on_3_folds_of_10000_titles():

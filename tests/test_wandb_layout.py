@@ -120,3 +120,35 @@ def test_a_sweep_has_a_group_and_an_aggregate_run_per_configuration_beside_its_r
     assert set(aggregates) == {"smoke-transformer-k1", "smoke-trans_blstm-k2"}
     assert aggregates["smoke-transformer-k1"].summary["cv/n"] == 2
     assert all(r.exit_code == 0 for r in fake_wandb)
+
+
+def test_one_line_says_how_to_view_and_upload_every_offline_run(tmp_path, caplog):
+    """A job's fold runs, pretraining and aggregate are one line, not a `wandb sync` line each; a
+    sweep's runs, in its jobs' folders, are one line too."""
+    from klue_tc.loggers import offline_runs_line
+
+    run = tmp_path / "run"
+    for name in ("offline-run-20260101_120000-aaa", "offline-run-20260101_120100-bbb"):
+        (run / "wandb" / name).mkdir(parents=True)
+    line = offline_runs_line(run)
+    assert line.startswith("W&B: 2 run(s) saved offline")
+    assert f"`wandb leet {run / 'wandb'}`" in line and f"`wandb sync {run / 'wandb'}/offline-run-*`" in line
+    (tmp_path / "job1" / "wandb" / "offline-run-20260101_120200-ccc").mkdir(parents=True)
+    sweep_line = offline_runs_line(tmp_path)
+    assert "3 run(s)" in sweep_line and f"find {tmp_path} -type d -path '*/wandb/offline-run-*'" in sweep_line
+    assert offline_runs_line(tmp_path / "run" / "wandb" / "offline-run-20260101_120000-aaa") is None
+
+
+def test_an_aggregate_made_again_replaces_its_earlier_offline_run(tmp_path):
+    """A sweep re-run makes its configurations' aggregate runs again from the same records: offline,
+    each replaces the one before instead of piling up beside it."""
+    from klue_tc.config import WandbConfig
+    from klue_tc.loggers import log_aggregate
+
+    record = FoldResult(0, 0.5, 0.6, 1, 1, 100.0, 1.0, 2.0, 40, 10, None, "")
+    result = RunResult(Describe("cnn", "cnn", "post", 2, "cls", "sentencepiece"), "k1", "smoke", 2, [record])
+    for _ in range(2):
+        log_aggregate(WandbConfig(project="p"), result, tmp_path, "smoke-cnn-k1")
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 1
+    log_aggregate(WandbConfig(project="p"), result, tmp_path, "smoke-cnn-k2")  # another configuration's: its own
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2

@@ -155,8 +155,9 @@ def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence
     lines = ["## Against the linear baselines", ""]
     contenders = compare_best(records, baselines)
     if not contenders:
-        why = "No paired comparison: the records or the baselines kept no per-title predictions."
-        return Section(lines + [why, ""])
+        return Section.left_out(
+            "against the linear baselines", "the records or the baselines kept no per-title predictions"
+        )
     comparisons = [v for c in contenders for v in c.comparisons]
     baselines_read = len(dict.fromkeys(v.baseline for v in comparisons))
     rows = {}

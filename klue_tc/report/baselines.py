@@ -28,7 +28,7 @@ def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Se
 
     lines = ["## Linear baselines", ""]
     if not baselines:
-        return Section(lines + ["No baseline scored (the runs name no common data file and folds).", ""])
+        return Section.left_out("linear baselines", "the runs name no common data file and folds")
     rule = (
         "each fold's setting chosen on its inner split (the titles the neural models choose their epoch on)"
         if recipe is not None and recipe.inner_fraction is not None

@@ -93,11 +93,11 @@ def class_mix_section(
 
     lines = ["## Class mix: training titles against the validation file", ""]
     if recipe is None:
-        return Section(lines + ["No class mix: the runs do not agree on one data file and fold setting.", ""])
+        return Section.left_out("class mix", "the runs do not agree on one data file and fold setting")
     try:
         names, train, validation = class_counts(recipe)
     except KlueTcError as err:
-        return Section(lines + [f"No class mix: {err}.", ""])
+        return Section.left_out("class mix", str(err))
     weights = importance_weights(train, validation)
     mix = pd.DataFrame(
         {

@@ -15,6 +15,9 @@ from typing import Optional
 from klue_tc.config import WandbConfig
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
 
+# The files a report writes beside report.md, where it has something to say in them.
+REPORT_FILES = ("report.csv", "effects.csv", "interactions.csv", "claims.md")
+
 
 def main(argv: Optional[list[str]] = None) -> int:
     defaults = WandbConfig()
@@ -50,8 +53,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(
-        f"report: {args.directory / 'report.md'} (report.csv, effects.csv, interactions.csv, claims.md "
-        "and the plots beside it)"
-    )
+    written = [name for name in REPORT_FILES if (args.directory / name).is_file()]
+    print(f"report: {args.directory / 'report.md'} ({', '.join(written)} and the plots beside it)")
     return 0

@@ -42,16 +42,26 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     directory = Path(directory)
     if not directory.is_dir():
         raise NoResultsError(f"{directory}: no such directory")
-    rows = []
+    rows, final_models = [], []
     for path in sorted(directory.rglob("metrics.json")):
         try:
             run = RunResult.load(path)
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("%s skipped: not a klue_tc metrics file (%s: %s)", path, type(err).__name__, err)
             continue
+        if run.cv_folds == 1:
+            final_models.append(path.parent)
+            continue
         describe = {**asdict(run.describe), "config_hash": run.config_hash}
         rows += [fold_row(describe, record) for record in run.folds]
     rows += stored_rows(directory)
+    if final_models:
+        log.info("left out, final models (cv.folds=1) with no CV score: %s", ", ".join(map(str, final_models)))
+    if not rows and final_models:
+        raise NoResultsError(
+            f"{directory}: only final models (cv.folds=1), trained on every title with no CV score to "
+            "compare; each one's validation score is in its metrics.json and last line"
+        )
     if not rows:
         raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
     every = pd.DataFrame(rows).drop_duplicates(["config_hash", "fold"], keep="last")
@@ -61,6 +71,21 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     frame = frame.reset_index(drop=True)
     frame.attrs["diverged"] = every[every["diverged"] != ""].to_dict("records")  # listed, never averaged
     return frame
+
+
+def ensemble_scores(directory: Path) -> dict[str, float]:
+    """Each configuration's fold ensemble on the validation titles (its folds' averaged
+    probabilities: what a run's last line prints and predict uses), from the runs below `directory`
+    that trained or reused all its folds; a job of one fold of several scored that fold alone."""
+    scores = {}
+    for path in sorted(directory.rglob("metrics.json")):
+        try:
+            run = RunResult.load(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # fold_frame names it
+        if run.validation is not None and run.cv_folds > 1 and len(run.folds) == run.cv_folds:
+            scores[run.config_hash] = run.validation.ensemble.f1
+    return scores
 
 
 def store_roots(directory: Path) -> list[Path]:
@@ -95,6 +120,8 @@ def fold_records(directory: str | Path) -> list[FoldResult]:
             run = RunResult.load(path)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # fold_frame names it
+        if run.cv_folds == 1:  # a final model: fold_frame names it
+            continue
         for record in run.folds:
             found[run.config_hash, record.fold] = replace(record, describe=run.describe, config_hash=run.config_hash)
     for root in store_roots(directory):
@@ -178,15 +205,45 @@ def load_recipe(path: Path) -> Optional[Recipe]:
     return recipe
 
 
+def is_final_model(metrics_path: Path) -> bool:
+    """A run of cv.folds=1: one model on every title, scored on the validation titles alone."""
+    try:
+        return json.loads(metrics_path.read_text(encoding="utf-8")).get("cv_folds") == 1
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def recipe_files(directory: Path) -> list[Path]:
+    """The config.yaml of every finished run below `directory` (beside its metrics.json) and of every
+    configuration with records in a results store there; not those of a run stopped before it
+    finished (no record of its settings is in the report), nor Hydra's and W&B's copies."""
+    from klue_tc.results import CONFIG_FILE
+
+    runs = [path.parent / "config.yaml" for path in directory.rglob("metrics.json") if not is_final_model(path)]
+    stored = [
+        key / CONFIG_FILE for root in store_roots(directory) for key in {p.parent for p in root.glob("*/fold*.json")}
+    ]
+    return sorted({path for path in runs + stored if path.is_file()})
+
+
+RECIPE_SETTINGS = ("data.path", "data.limit", "data.validation_path", "cv.folds", "cv.seed", "seed")
+
+
 def run_recipe(directory: Path) -> Optional[Recipe]:
-    """The data and CV settings of the runs below `directory` (their config.yaml), if they agree."""
-    recipes = [r for r in map(load_recipe, sorted(directory.rglob("config.yaml"))) if r is not None]
-    settings = {json.dumps(r.same_titles_and_folds()) for r in recipes}
-    if len(settings) != 1:
-        if len(settings) > 1:
-            log.warning("the runs use different data or folds: no baseline row")
-        return None
-    return recipes[0]
+    """The data and CV settings of the runs below `directory` (their config.yaml), if they agree.
+    Runs that differ only in whether they scored a validation file share their folds: the baseline
+    is scored on that file."""
+    recipes = [r for r in map(load_recipe, recipe_files(directory)) if r is not None]
+    validation = {r.data.validation_path for r in recipes} - {None}
+    if len(validation) == 1:
+        for recipe in recipes:
+            recipe.data.validation_path = next(iter(validation))
+    # compared as JSON text: a setting may be a list, which does not hash
+    settings = {tuple(json.dumps(value) for value in r.same_titles_and_folds()) for r in recipes}
+    if len(settings) > 1:
+        differing = [name for name, values in zip(RECIPE_SETTINGS, zip(*settings)) if len(set(values)) > 1]
+        log.warning("the runs use different data or folds (%s differ): no baseline row", ", ".join(differing))
+    return recipes[0] if len(settings) == 1 else None
 
 
 @dataclass(frozen=True)

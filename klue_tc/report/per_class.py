@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from klue_tc.records import FoldResult
 from klue_tc.report.output import save_figure
@@ -68,7 +69,7 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
     ranked = list(ranked_by_cv(records).index)
     scored = [key for key in ranked if validation_matrices(records, key)]
     if names is None or not scored:
-        return Section(lines + ["No per-class figures: no record holds a validation confusion matrix.", ""])
+        return Section.left_out("per-class F1 and confusion matrix", "no record holds a validation confusion matrix")
     best = scored[:BEST_FOR_CLASSES]
     table = class_table(records, best, names, baselines)
     lines += [
@@ -81,13 +82,15 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
         ),
         "",
     ]
+    from klue_tc.report.plots import plot_confusion
+
     designs = configurations(records)
     plots = [
         plot_confusion(
             np.sum(validation_matrices(records, best[0]), axis=0),
             names,
-            designs.at[best[0], "label"],
             directory / "confusion_best.png",
+            f"{designs.at[best[0], 'label']}: its fold models on the validation titles",
         )
     ]
     lines += [
@@ -108,35 +111,6 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
     else:
         lines += ["No learning curves: the records are of code that did not keep them.", ""]
     return Section(lines, plots)
-
-
-def plot_confusion(matrix: np.ndarray, labels: list[str], title: str, path: Path) -> Path:
-    """Rows the true class, coloured by the share of its titles each predicted class got (labelled
-    colour bar), annotated with the counts."""
-    from klue_tc.report.plots import shown_labels
-
-    matrix = np.asarray(matrix)
-    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
-    shown, key = shown_labels(labels)
-    fig = Figure(figsize=(7.5, 6), layout="constrained")
-    ax = fig.subplots()
-    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
-    for (i, j), count in np.ndenumerate(matrix):
-        ax.text(
-            j,
-            i,
-            str(count),
-            ha="center",
-            va="center",
-            fontsize="small",
-            color="white" if shares[i, j] > 0.6 else "black",
-        )
-    ax.set_xticks(range(len(shown)), shown, rotation=45, ha="right")
-    ax.set_yticks(range(len(shown)), shown)
-    ax.set(xlabel="predicted class", ylabel="true class", title=title + (f"\n{key}" if key else ""))
-    ax.title.set_fontsize("small")
-    fig.colorbar(image, ax=ax, label="share of the true class's titles")
-    return save_figure(fig, path)
 
 
 def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], path: Path) -> Path:
@@ -170,6 +144,7 @@ def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], pat
         if chosen:
             ax.plot(*zip(*chosen), "o", color="C0", label="chosen epoch")
         ax.set(title=designs.at[key, "label"], xlabel="epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no tick at 1.5
         ax.title.set_fontsize("small")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("macro-F1")

@@ -1,14 +1,20 @@
 """The figures of runs and reports: F1 by layer count, the whole grid as heatmaps, the marginal
-effects as a forest plot, a run's validation confusion matrix.
+effects as a forest plot, confusion matrices.
 
 All use matplotlib's object API (Figure renders with Agg), so no display or pyplot state is involved.
+A cell far below (or above) the rest, such as a configuration that learnt nothing, is drawn beside
+the scale rather than stretching it (robust_range), so that the other cells stay told apart.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -19,10 +25,82 @@ EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 # What a heatmap's colour bar says its colours are, by the summary column drawn.
 VALUE_LABELS = {
     "f1_mean": "CV macro-F1 (mean over folds)",
-    "validation_f1": "validation macro-F1 (mean of the fold models)",
+    "validation_f1": "validation macro-F1 (fold models' mean)",
 }
+# Beside a value, where the summary has it: the fold ensemble's validation score beside the fold
+# models' mean (the column, and how a heatmap cell names it).
+SECOND_LINES = {"validation_f1": ("validation_ensemble_f1", "ens.")}
 # Pre- and post-LN of one encoder share its colour and differ in line style, in every figure.
 LN_LINESTYLES = {"post": "-", "pre": "--"}
+# Tukey's far-out fences: a value more than this many interquartile ranges beyond the quartiles is
+# drawn beside the scale; the range is taken as at least MIN_SPREAD F1, so a tight grid keeps its cells.
+FAR_OUT_IQR, MIN_SPREAD = 3.0, 0.02
+OUT_OF_SCALE = "#bdbdbd"  # a far-out heatmap cell's colour: no colour of the scale
+
+
+def robust_range(values) -> tuple[float, float]:
+    """The range a colour scale or F1 axis spans: every value but the far-out ones (FAR_OUT_IQR),
+    with five values or more; all of them with fewer."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return 0.0, 1.0
+    if len(values) < 5:
+        return float(values.min()), float(values.max())
+    q1, q3 = np.percentile(values, [25, 75])
+    reach = FAR_OUT_IQR * max(q3 - q1, MIN_SPREAD)
+    inside = values[(values >= q1 - reach) & (values <= q3 + reach)]
+    return float(inside.min()), float(inside.max())
+
+
+def f1_limits(values, spreads=None, also=(), margin: float = 0.05) -> tuple[float, float]:
+    """An F1 axis over the values but the far-out ones (robust_range), their error bars (`spreads`)
+    and `also` (the baselines' lines), with a margin so that nothing touches its edges."""
+    values = pd.Series(values, dtype=float).reset_index(drop=True)
+    spreads = pd.Series(spreads if spreads is not None else 0.0, index=values.index, dtype=float).fillna(0.0)
+    low, high = robust_range(values)
+    inside = values.between(low, high)
+    ends = pd.concat([values[inside] - spreads[inside], values[inside] + spreads[inside], pd.Series(also, dtype=float)])
+    low, high = float(ends.min()), float(ends.max())
+    pad = max((high - low) * margin, 0.005)
+    return low - pad, high + pad
+
+
+def draw_beside_axis(ax, x, y, low: float, high: float, **style) -> None:
+    """Points outside the axis's (low, high), each drawn at the edge it lies beyond, as a triangle
+    pointing out, with its value: a far-out cell is still seen and read."""
+    for xi, yi in zip(x, y):
+        if not np.isfinite(yi) or low <= yi <= high:
+            continue
+        edge, marker, va = (low, "v", "bottom") if yi < low else (high, "^", "top")
+        ax.plot([xi], [edge], marker=marker, linestyle="", clip_on=False, color=style.get("color", "black"))
+        ax.annotate(f"{yi:.3f}", (xi, edge), textcoords="offset points", xytext=(6, 0), va=va, fontsize="x-small")
+
+
+@functools.cache
+def hangul_family() -> Optional[str]:
+    """A font family with Hangul, so that class names are drawn as they are: an installed one, else
+    NanumGothic from the koreanize-matplotlib package (a dependency; its file is added, not the
+    package imported, whose import would change every figure's font)."""
+    from matplotlib import font_manager
+
+    for font in font_manager.fontManager.ttflist:
+        if "Nanum" in font.name or "Noto Sans KR" in font.name or "Noto Sans CJK" in font.name:
+            return font.name
+    spec = importlib.util.find_spec("koreanize_matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "fonts" / "NanumGothic.ttf"
+    if not path.is_file():
+        return None
+    font_manager.fontManager.addfont(str(path))
+    return font_manager.FontProperties(fname=str(path)).get_name()
+
+
+def hangul_text() -> matplotlib.rc_context:
+    """Latin text in matplotlib's font, Hangul from hangul_family's (matplotlib falls back glyph by glyph)."""
+    family = hangul_family()
+    return matplotlib.rc_context({"font.family": ["DejaVu Sans", family] if family else ["DejaVu Sans"]})
 
 
 def encoder_colour(encoder: str) -> str:
@@ -45,9 +123,11 @@ def design_style(encoder: str, ln: str, pretrain: str = "none") -> dict:
     }
 
 
-def design_legend(fig: Figure, frame: pd.DataFrame, extra: list[tuple[str, str]] = ()) -> None:
+def design_legend(
+    fig: Figure, frame: pd.DataFrame, extra: list[tuple[str, str]] = (), markers: list[tuple[str, str]] = ()
+) -> None:
     """One legend beside the panels that keys the encoders' colours, the line styles and markers,
-    and `extra` (label, grey line style) entries, each once."""
+    `extra` (label, grey line style) and `markers` (label, marker) entries, each once."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=encoder_colour(e), lw=2, label=e) for e in dict.fromkeys(frame["encoder"])]
@@ -70,6 +150,7 @@ def design_legend(fig: Figure, frame: pd.DataFrame, extra: list[tuple[str, str]]
             for p in pretrains
         ]
     handles += [Line2D([], [], color="grey", linestyle=style, label=label) for label, style in extra]
+    handles += [Line2D([], [], color="black", linestyle="", marker=m, label=label) for label, m in markers]
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
 
 
@@ -118,95 +199,107 @@ def plot_f1_by_layers(
     frame = summary if "pretrain" in summary else summary.assign(pretrain="none")
     design = ["encoder", "ln", "head", "pretrain"]
     several_heads = frame.groupby("encoder")["head"].nunique().max() > 1
+    key = "f1" if value == "f1_mean" else value
+    second = SECOND_LINES.get(value, ("",))[0]
+    second = second if second in frame and frame[second].notna().any() else None
+    lines = [b[key] for b in baselines if pd.notna(b.get(key))]
+    low, high = f1_limits(frame[value], frame[spread], [*lines, *(frame[second].dropna() if second else [])])
     for ax, tokenizer in zip(axes, tokenizers):
         for (encoder, ln, head, pretrain), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
             line = line.sort_values("layers")
             style = design_style(encoder, ln, pretrain)
             if several_heads:  # a head is told by its marker, beyond what the legend keys
                 style["marker"] = {"cls": "o", "mean": "^", "blstm": "D"}.get(head, "v")
-            ax.errorbar(line.layers, line[value], yerr=line[spread], capsize=3, **style)
-        draw_baselines(ax, baselines, "f1" if value == "f1_mean" else value)
-        ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers")
+            inside = line[value].where(line[value].between(low, high))  # a far-out point breaks its line
+            ax.errorbar(line.layers, inside, yerr=line[spread].where(inside.notna()), capsize=3, **style)
+            draw_beside_axis(ax, line.layers, line[value], low, high, color=style["color"])
+            if second:  # the fold ensemble, where a run scored it: a cross beside the fold models' mean
+                ax.plot(line.layers, line[second], linestyle="", marker="x", markersize=8, color=style["color"])
+        draw_baselines(ax, baselines, key)
+        ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers", ylim=(low, high))
         ax.set_xticks(sorted(summary["layers"].unique()))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
     # One legend beside the panels, so that it covers no line and keys each style once.
-    design_legend(fig, frame, baseline_keys(baselines))
+    design_legend(fig, frame, baseline_keys(baselines), [("fold ensemble", "x")] if second else [])
     return save_figure(fig, path)
 
 
-# YNAT's classes in English, for figures drawn without a Hangul font.
-YNAT_ENGLISH = {
-    "IT과학": "IT/sci",
-    "경제": "econ",
-    "사회": "society",
-    "생활문화": "life/culture",
-    "세계": "world",
-    "스포츠": "sports",
-    "정치": "politics",
-}
+def plot_confusion(matrix, labels: Sequence[str], path: str | Path, title: str = "") -> Path:
+    """Rows the true class, coloured by the share of its titles each predicted class got (labelled
+    colour bar) and annotated with the counts; the classes by their names, in every figure alike."""
+    matrix = np.asarray(matrix)
+    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    with hangul_text():
+        fig = Figure(figsize=(7.5, 6), layout="constrained")
+        ax = fig.subplots()
+        image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+        for (i, j), count in np.ndenumerate(matrix):
+            colour = "white" if shares[i, j] > 0.6 else "black"
+            ax.text(j, i, str(count), ha="center", va="center", fontsize="small", color=colour)
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set(xlabel="predicted class", ylabel="true class", title=title)
+        ax.title.set_fontsize("small")
+        fig.colorbar(image, ax=ax, label="share of the true class's titles")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return save_figure(fig, path)
 
 
-def shown_labels(labels: list[str]) -> tuple[list[str], str]:
-    """Class names as a figure can draw them: as given with a Hangul font; without one, ids, and a
-    line naming them (in English for YNAT's classes) for the figure's title."""
-    from matplotlib import font_manager
-
-    hangul = any(
-        "CJK" in f.name or "Nanum" in f.name or "Noto Sans KR" in f.name for f in font_manager.fontManager.ttflist
-    )
-    if hangul or all(label.isascii() for label in labels):
-        return list(labels), ""
-    return [str(i) for i in range(len(labels))], "ids: " + ", ".join(
-        f"{i} {YNAT_ENGLISH.get(n, n if n.isascii() else '?')}" for i, n in enumerate(labels)
-    )
-
-
-def plot_confusion_matrix(matrix: list[list[int]], labels: list[str], path: Path) -> Path:
-    from sklearn.metrics import ConfusionMatrixDisplay
-
-    fig = Figure(figsize=(7, 6), layout="constrained")
-    ax = fig.subplots()
-    shown, key = shown_labels(labels)
-    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=shown).plot(ax=ax, colorbar=False, cmap="Blues")
-    if key:
-        ax.set_title(key, fontsize=8)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return save_figure(fig, path)
+# The smallest heatmap height (inches) that leaves room for the colour bar's label on a grid of one row.
+MIN_HEATMAP_HEIGHT = 3.6
 
 
 def plot_grid_heatmap(summary: pd.DataFrame, path: str | Path, value: str = "f1_mean") -> Path:
-    """One panel per tokenizer: rows encoder / LN, columns layers, cells annotated, one shared colour scale.
+    """One panel per tokenizer: rows encoder / LN, columns layers, cells annotated, one shared colour
+    scale over robust_range (a far-out cell is grey, its value shown, the colour bar's end pointed).
+    For the validation score each cell shows the fold models' mean and, where a run scored it, the
+    fold ensemble's (what the run predicts) below it.
 
     Rows and panels keep the summary's order (report.summarise_configs sorts it in the study's order).
     """
+    second, second_name = SECOND_LINES.get(value, (None, ""))
+    second = second if second in summary and summary[second].notna().any() else None
     labelled = summary.assign(row=row_labels(summary))
     rows = list(dict.fromkeys(labelled["row"]))
     layers = sorted(labelled["layers"].unique())
     tokenizers = list(dict.fromkeys(labelled["tokenizer"]))
-    # Every panel on the same rows and columns, so a cell's place means the same design in each.
-    grids = {
-        t: part.pivot_table(index="row", columns="layers", values=value, aggfunc="mean").reindex(
-            index=rows, columns=layers
-        )
-        for t, part in labelled.groupby("tokenizer", sort=False)
-    }
+
+    def grid_of(part: pd.DataFrame, column: str) -> np.ndarray:
+        # Every panel on the same rows and columns, so a cell's place means the same design in each.
+        table = part.pivot_table(index="row", columns="layers", values=column, aggfunc="mean", dropna=False)
+        return table.reindex(index=rows, columns=layers).to_numpy(dtype=float)
+
     values = labelled[value].dropna()
-    vmin, vmax = (values.min(), values.max()) if len(values) else (0.0, 1.0)
-    fig = Figure(figsize=(1.2 + 0.9 * len(layers) * len(tokenizers) + 2, 0.9 + 0.45 * len(rows)), layout="constrained")
+    vmin, vmax = robust_range(values)
+    below, above = bool((values < vmin).any()), bool((values > vmax).any())
+    if vmax - vmin < 1e-9:  # one value (a single run): a scale around it
+        vmin, vmax = vmin - 0.01, vmax + 0.01
+    colours = matplotlib.colormaps["viridis"].with_extremes(under=OUT_OF_SCALE, over=OUT_OF_SCALE)
+    height = max(MIN_HEATMAP_HEIGHT, 0.9 + (0.6 if second else 0.45) * len(rows))
+    fig = Figure(figsize=(1.2 + 0.9 * len(layers) * len(tokenizers) + 2.4, height), layout="constrained")
     axes = fig.subplots(1, len(tokenizers), sharey=True, squeeze=False)[0]
-    for ax, tokenizer in zip(axes, tokenizers):
-        grid = grids[tokenizer].to_numpy(dtype=float)
-        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
+    for ax, (tokenizer, part) in zip(axes, labelled.groupby("tokenizer", sort=False)):
+        grid = grid_of(part, value)
+        extra = grid_of(part, second) if second else np.full_like(grid, np.nan)
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=colours, vmin=vmin, vmax=vmax, aspect="auto")
         for (i, j), cell in np.ndenumerate(grid):
-            # Dark text on the bright end of viridis, light text elsewhere, so every label reads.
-            colour = "grey" if np.isnan(cell) else "black" if cell > vmin + 0.6 * (vmax - vmin) else "white"
-            ax.text(
-                j, i, "–" if np.isnan(cell) else f"{cell:.3f}", ha="center", va="center", fontsize="small", color=colour
-            )
+            inside = vmin <= cell <= vmax
+            # Dark text on the bright end of viridis and on grey, light text elsewhere, so every label reads.
+            colour = "grey" if np.isnan(cell) else "white" if inside and cell < vmin + 0.6 * (vmax - vmin) else "black"
+            text = "–" if np.isnan(cell) else f"{cell:.3f}"
+            if not np.isnan(extra[i, j]):
+                text += f"\n{second_name} {extra[i, j]:.3f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize="small", color=colour)
         ax.set(title=f"tokenizer: {tokenizer}", xlabel="layers", xticks=range(len(layers)), xticklabels=layers)
         ax.set_yticks(range(len(rows)), rows)
-    fig.colorbar(image, ax=list(axes), label=VALUE_LABELS.get(value, value))
+    extend = "both" if below and above else "min" if below else "max" if above else "neither"
+    fig.colorbar(image, ax=list(axes), label=VALUE_LABELS.get(value, value), extend=extend)
+    notes = [f"{second_name}: the fold ensemble, what the run predicts"] if second else []
+    notes += ["grey: beyond the colour scale (far-out cells)"] if below or above else []
+    if notes:  # below the panels, wrapped to the figure's width: a colour bar's label has no room for it
+        width = int(fig.get_figwidth() * 12)
+        fig.supxlabel(textwrap.fill("; ".join(notes), width), fontsize="small")
     return save_figure(fig, path)
 
 

@@ -144,6 +144,11 @@ def grid_line(grid: Optional[Grid], summary: pd.DataFrame, metric: str) -> str:
     """How the table's intervals and marks were made, with the fit's pooled noise."""
     from klue_tc.report.grid_model import TIES_METHOD
 
+    if len(summary) == 1:
+        return (
+            "One configuration: its mean over its folds (report.csv has the sample std); the grid model's "
+            "intervals and ties compare configurations, and there is no other."
+        )
     fit = grid.fit if grid is not None else None
     noise = (
         f" (pooled residual std {fit.sigma:.4f} F1 over {len(fit.means)} cells, {fit.df} residual df)"
@@ -174,8 +179,8 @@ def interaction_lines(table: pd.DataFrame) -> list[str]:
     """The interaction families as one table (a column per metric), then their verdicts."""
     from klue_tc.report.interactions import verdicts as interaction_verdicts
 
-    if table.empty:
-        return ["## Interactions", "", "No interaction: the records vary no two of its factors together.", ""]
+    if table.empty:  # the records vary no two factors together: nothing to say
+        return []
 
     def interval(row) -> str:
         return f"**{interval_text(row)}**" if row.kind == "interaction" else interval_text(row)
@@ -249,8 +254,10 @@ def interactions_both_ways(declared: pd.DataFrame, plain: pd.DataFrame) -> list[
     )
 
 
-def verdict_lines(verdicts: Verdicts) -> list[str]:
+def verdict_lines(verdicts: Verdicts, single: bool = False) -> list[str]:
     """One line per metric of verdicts, one naming what the rest need; or one line saying why there are none."""
+    if not any(verdicts.judged.values()) and single:
+        return ["One configuration: the original study's claims compare configurations; none is judged."]
     if not any(verdicts.judged.values()):
         return [f"No verdicts: {'; '.join(verdicts.not_judged)}."]
     lines = ["Judged from the records (claims.md has the evidence):", ""]
@@ -302,9 +309,10 @@ def found_interactions(table: Optional[pd.DataFrame]) -> list[str]:
 
 
 def effects_lines(effects: Effects) -> list[str]:
+    if effects.table.empty and not effects.left_out:  # the records vary no factor: nothing to say
+        return []
     if effects.table.empty:
-        why = "; ".join(effects.left_out) or "the records vary no factor against its reference level"
-        return ["## Marginal effects", "", f"No marginal effects: {why}.", ""]
+        return ["## Marginal effects", "", f"No marginal effects: {'; '.join(effects.left_out)}.", ""]
     lines = [
         "## Marginal effects",
         "",
@@ -346,9 +354,9 @@ def to_markdown(
     lines = [
         f"# F1 comparison: {directory.name}",
         "",
-        f"{len(summary)} configurations, {len(folds)} (configuration, fold) records; "
+        f"{len(summary)} configuration{'s' if len(summary) > 1 else ''}, {len(folds)} (configuration, fold) records; "
         f"records made by code {', '.join(codes)}."
-        + (f" Written, with claims.md and the plots, by `{command}`." if command else ""),
+        + (f" Written, with the files and plots beside it, by `{command}`." if command else ""),
         "",
     ]
     if recipe is not None:
@@ -358,16 +366,18 @@ def to_markdown(
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
     if shared is not None:
         lines += [shared.line(), ""]
-    lines += ["## Verdicts", "", *verdict_lines(verdicts), *found_interactions(interactions)]
+    lines += ["## Verdicts", "", *verdict_lines(verdicts, len(summary) == 1), *found_interactions(interactions)]
     lines += [f"- {line}" for line in more_verdicts]
     for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
         lines += [
             "",
-            f"## {METRICS[metric]}: mean with its 95 % interval (grid model)",
+            f"## {METRICS[metric]}" + (": mean with its 95 % interval (grid model)" if len(summary) > 1 else ""),
             "",
             grid_line(grids.get(metric), summary, metric),
             "",
         ]
+        if metric == "validation_f1":
+            lines += [*ensemble_lines(summary), ""]
         if baseline is not None and pd.notna(baseline.get(metric)):
             spread = f" ± {baseline['f1_std']:.3f} (sample std)" if metric == "f1" else ""
             lines += [
@@ -393,7 +403,7 @@ def to_markdown(
         "",
         f"{len(improving)} of {len(summary)} configurations were still improving at their last epoch in at "
         f"least one fold ({int(folds['still_improving'].sum())} of {len(folds)} folds). Training time in all: "
-        f"{folds['seconds'].sum() / 3600:.1f} hours of job time (each fold from data preparation to its last "
+        f"{job_time(folds['seconds'].sum())} of job time (each fold from data preparation to its last "
         f"checkpoint; jobs run side by side share the wall clock).",
         "",
         *device_lines(folds),
@@ -406,6 +416,38 @@ def to_markdown(
     if plots:
         lines += [f"Plots: {', '.join(plots)}", ""]
     return "\n".join(lines)
+
+
+def ensemble_lines(summary: pd.DataFrame) -> list[str]:
+    """What a validation cell is, and beside it the fold ensemble where a run scored one: the score
+    a run prints and predicts with is the ensemble's, which the cells (one model each) are not."""
+    from klue_tc.report.plots import row_labels
+
+    line = (
+        "Each cell: the mean of the fold models' validation macro-F1, each fold's model alone. A run that "
+        "trains all folds prints (last line, metrics.json's validation_f1) and `python -m klue_tc.predict` "
+        "uses the fold ensemble instead: the fold models' averaged probabilities"
+    )
+    scored = summary[summary["validation_ensemble_f1"].notna()]
+    if scored.empty:
+        return [line + "; no run here scored one (each job trained one fold)."]
+    labels = summary["tokenizer"] + " / " + row_labels(summary) + " / L" + summary["layers"].astype(str)
+    table = pd.DataFrame(
+        {
+            "fold models' mean": scored["validation_f1"].map("{:.3f}".format),
+            "fold ensemble": scored["validation_ensemble_f1"].map("{:.3f}".format),
+        }
+    ).set_axis(labels[scored.index])
+    return [line + ":", "", *markdown_table(table, ["configuration", *table.columns])]
+
+
+def job_time(seconds: float) -> str:
+    """Seconds in the unit that reads: hours from two hours, else minutes, else seconds."""
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} hours"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds:.0f} seconds"
 
 
 def selection_line(folds: pd.DataFrame) -> str:

@@ -21,6 +21,12 @@ class Section:
     plots: list[Path] = field(default_factory=list)
     columns: Optional[pd.DataFrame] = None  # indexed by config_hash: joined onto report.csv's rows
     verdict: Optional[str] = None  # one line for the report's Verdicts, naming this section
+    absent: Optional[str] = None  # what the section would show and why the records cannot: no heading then
+
+    @classmethod
+    def left_out(cls, what: str, why: str) -> Section:
+        """A section with nothing to show: no heading of its own, one item of the report's last list."""
+        return cls([], absent=f"{what}: {why}")
 
 
 def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:

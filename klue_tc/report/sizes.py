@@ -204,7 +204,7 @@ def size_section(
     problems = grouped(problems)
     lines = ["## Model sizes", ""]
     if sizes.empty:
-        return Section(lines + ["No sizes: " + ("; ".join(problems) or "no record carries one") + ".", ""])
+        return Section.left_out("model sizes", "; ".join(problems) or "no record carries one")
     sources = ", ".join(f"{n} {what}" for what, n in sizes["size_source"].value_counts().items())
     tables = designs.join(sizes, how="inner")
     tables["vocabulary"] = tables["tokenizer"] + tables["pretrain"].map(lambda p: "" if p == "none" else f" ({p})")
@@ -241,7 +241,14 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
     """One panel per tokenizer and metric (CV, validation): F1 against non-embedding parameters on a
     log axis; colour the encoder, line style the LayerNorm placement, hollow markers the pretrained
     encoders; the linear baselines as horizontal lines. Every panel shares both scales of its row."""
-    from klue_tc.report.plots import baseline_keys, design_legend, design_style, draw_baselines
+    from klue_tc.report.plots import (
+        baseline_keys,
+        design_legend,
+        design_style,
+        draw_baselines,
+        draw_beside_axis,
+        f1_limits,
+    )
 
     metrics = [("f1_mean", "CV macro-F1")]
     if frame["validation_f1"].notna().any():
@@ -251,12 +258,17 @@ def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] =
     axes = fig.subplots(len(metrics), len(tokenizers), sharex=True, sharey="row", squeeze=False)
     design = ["encoder", "ln", "head", "pretrain"]
     for row, (value, label) in enumerate(metrics):
+        key = "f1" if value == "f1_mean" else value
+        low, high = f1_limits(frame[value], also=[b[key] for b in baselines if pd.notna(b.get(key))])
         for col, tokenizer in enumerate(tokenizers):
             ax = axes[row][col]
             for (encoder, ln, _, pre), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
                 line = line.sort_values("params_non_embedding")
-                ax.plot(line.params_non_embedding, line[value], **design_style(encoder, ln, pre))
-            draw_baselines(ax, baselines, "f1" if value == "f1_mean" else value)
+                style = design_style(encoder, ln, pre)
+                ax.plot(line.params_non_embedding, line[value].where(line[value].between(low, high)), **style)
+                draw_beside_axis(ax, line.params_non_embedding, line[value], low, high, color=style["color"])
+            draw_baselines(ax, baselines, key)
+            ax.set_ylim(low, high)
             ax.set_xscale("log")
             # Labelled ticks at 1, 2, 3 and 5 of each decade: readable over one decade or several.
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))

@@ -68,7 +68,7 @@ def speed_section(records: Sequence[FoldResult]) -> Section:
     tables = per_machine_tables(records)
     lines = ["## Seconds per epoch, per machine", ""]
     if not tables:
-        return Section(lines + ["No fold records its training time.", ""])
+        return Section.left_out("seconds per epoch", "no fold records its training time")
     lines += [
         "Median wall seconds per epoch over a machine's folds (the fold's training time, with each "
         "epoch's scoring, over the epochs it ran); (n; low–high) its folds and their range. One table "

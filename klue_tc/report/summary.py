@@ -33,6 +33,7 @@ CSV_COLUMNS = [
     "validation_within_noise_of_best",
     "validation_f1_titles_low",
     "validation_f1_titles_high",
+    "validation_ensemble_f1",
     "accuracy_mean",
     "within_noise_of_best",
     "best_epoch_mean",
@@ -131,13 +132,19 @@ def shared_cells(configurations: pd.DataFrame, best: Optional[OptunaBest] = None
 
 
 def summarise_configs(
-    folds: pd.DataFrame, best: Optional[OptunaBest] = None, titles: Optional[TitleBootstrap] = None
+    folds: pd.DataFrame,
+    best: Optional[OptunaBest] = None,
+    titles: Optional[TitleBootstrap] = None,
+    ensembles: Optional[dict[str, float]] = None,
 ) -> pd.DataFrame:
     """One row per configuration: fold macro-F1 mean ± sample std (none for one fold), and the rest.
 
     Configurations that share a cell (an Optuna search's trials, say) leave the trial Optuna named
-    best in it, else the one with most folds. `titles`: validation intervals that resample titles too."""
+    best in it, else the one with most folds. `titles`: validation intervals that resample titles too.
+    `ensembles`: each configuration's fold ensemble on the validation titles (loading.ensemble_scores),
+    beside validation_f1, the mean of its fold models alone."""
     summary = per_configuration(folds)
+    summary["validation_ensemble_f1"] = summary["config_hash"].map(ensembles or {}).astype(float)
     cells = titles.cell_intervals() if titles is not None else pd.DataFrame(columns=["low", "high"])
     summary["validation_f1_titles_low"] = summary["config_hash"].map(cells["low"])
     summary["validation_f1_titles_high"] = summary["config_hash"].map(cells["high"])

@@ -29,4 +29,9 @@ class SweepReportCallback(Callback):
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
             return
+        if to_wandb:
+            from klue_tc.loggers import offline_runs_line
+
+            if line := offline_runs_line(sweep_dir):
+                print(line, flush=True)
         print(f"report: {sweep_dir / 'report.md'}", flush=True)  # the sweep's last line: where its answer is

@@ -38,7 +38,9 @@ def log_report_run(
     """One W&B run holding the report; a failure is one warning, never fatal: the files are the report."""
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
 
-    run = open_wandb_run(settings, directory, f"report-{group or directory.name}", group, "report")
+    run = open_wandb_run(
+        settings, directory, f"report-{group or directory.name}", group, "report", replaces_earlier=True
+    )
     if run is None:
         return
     try:

@@ -14,7 +14,7 @@ from klue_tc.records import FoldResult
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
-from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
+from klue_tc.report.loading import Recipe, ensemble_scores, fold_frame, fold_records, optuna_best, run_recipe
 from klue_tc.report.output import write_csv, write_text
 from klue_tc.report.render import (
     BASELINE,
@@ -249,6 +249,17 @@ def with_columns(summary: pd.DataFrame, sections: list[Section]) -> pd.DataFrame
     return summary
 
 
+def write_or_remove(path: Path, content: Optional[str | pd.DataFrame]) -> None:
+    """Write the file whole (a table as CSV), or where it would say nothing (no claim judged, no
+    effect or interaction), write none and remove one an earlier report left."""
+    if content is None:
+        path.unlink(missing_ok=True)
+    elif isinstance(content, pd.DataFrame):
+        write_csv(content, path)
+    else:
+        write_text(content, path)
+
+
 def report_command(directory: Path, baseline: bool, beside: Optional[Path]) -> str:
     """The command line that writes this report again from the same records."""
     flags = ("" if baseline else " --no-baseline") + (f" --beside {beside}" if beside else "")
@@ -277,7 +288,7 @@ def write_report(
     records = fold_records(directory)  # read once: the predictions of every fold are in them
     predictions = validation_predictions(directory, records)
     titles = TitleBootstrap(predictions) if predictions else None
-    summary = summarise_configs(folds, best, titles)
+    summary = summarise_configs(folds, best, titles, ensemble_scores(directory))
     recipe = run_recipe(directory)
     from klue_tc.report.baselines import linear_baselines
 
@@ -291,9 +302,10 @@ def write_report(
     effects = effects_of(folds, metrics, grids, titles, exclusion)
     verdicts = judge(folds, metrics, grids, exclusion)
     interplay = interactions_of(folds, metrics, grids, titles, exclusion)
-    write_csv(effects.table, directory / "effects.csv")
-    write_csv(interplay, directory / "interactions.csv")
-    write_text(
+    write_or_remove(directory / "effects.csv", None if effects.table.empty else effects.table)
+    write_or_remove(directory / "interactions.csv", None if interplay.empty else interplay)
+    write_or_remove(
+        directory / "claims.md",
         claims_markdown(
             verdicts.judged,
             verdicts.not_judged,
@@ -301,8 +313,9 @@ def write_report(
             report_command(directory, baseline, beside),
             left_out=verdicts.left_out,
             both_ways=verdicts.both_ways,
-        ),
-        directory / "claims.md",
+        )
+        if any(verdicts.judged.values())
+        else None,
     )
     plots = draw(summary, effects, baselines, directory)
     sections = further_sections(directory, recipe, baselines, records)
@@ -326,6 +339,9 @@ def write_report(
     for row in diverged:
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
     markdown += "".join("\n" + "\n".join(section.lines) for section in sections if section.lines)
+    absent = [section.absent for section in sections if section.absent]
+    if absent:  # one list, where a heading each would say only that there is nothing under it
+        markdown += "\n" + "\n".join(["## Not in this report", "", *(f"- {why}." for why in absent), ""])
     plots += [plot for section in sections for plot in section.plots]
     write_text(markdown + diverged_lines(diverged), directory / "report.md")
     summary = with_columns(summary, sections)

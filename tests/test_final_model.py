@@ -1,0 +1,62 @@
+"""cv.folds=1: one final model on every training title, its epoch chosen on its inner split, scored
+on the validation titles and served by `python -m klue_tc.predict` like any run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TINY_MODEL, make_headlines, write_tsv
+from jobs import run_in_process
+from klue_tc.errors import ConfigError
+from klue_tc.predict import predict_titles
+from klue_tc.run import final_line
+
+
+def final_overrides(tmp_path, train, *extra):
+    return [
+        f"data.path={train}",
+        f"results.dir={tmp_path / 'results'}",
+        "logger=none",
+        *TINY_MODEL,
+        "+experiment=transformer",
+        "encoder.layers=1",
+        "cv.folds=1",
+        "trainer.max_epochs=2",
+        *extra,
+    ]
+
+
+def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predicts(tmp_path, capsys):
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=1))
+    validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=4, seed=2))
+    run_dir = tmp_path / "run"
+    run_in_process(final_overrides(tmp_path, train, f"data.validation_path={validation}"), run_dir)
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["cv_folds"] == 1 and len(metrics["folds"]) == 1
+    model = metrics["folds"][0]
+    assert model["train_size"] + model["inner_size"] == 7 * 14  # every training title: fit + inner split
+    assert model["val_size"] == 7 * 4  # its scored titles are the validation file's
+    assert model["f1"] == pytest.approx(metrics["validation_f1"])  # one model: its score is the run's
+    assert [p["epoch"] for p in model["learning_curve"]] == [1, 2]  # the inner split chose among them
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("transformer: final model on all 98 training titles (epoch ")
+    assert "chosen on its inner split), no CV; validation macro-F1 " in last
+    predictions = predict_titles(run_dir, ["코스피 상승 마감", "손흥민 결승골 폭발"])
+    assert len(predictions) == 2 and all(0.0 <= p <= 1.0 for _, p in predictions)
+
+
+def test_a_final_model_without_validation_titles_is_refused_in_one_line(tmp_path):
+    train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=1))
+    with pytest.raises(ConfigError, match=r"cv.folds=1 trains one final model .* pass data.validation_path="):
+        run_in_process(final_overrides(tmp_path, train), tmp_path / "run")
+
+
+def test_the_final_line_of_a_cross_validated_run_is_unchanged():
+    from klue_tc.records import Describe, FoldResult, RunResult
+
+    folds = [FoldResult(k, 0.5 + k / 10, 0.6, 1, 1, None, None, 1.0, 10, 5, None, "") for k in range(2)]
+    line = final_line(RunResult(Describe("cnn", "cnn", "post", 2, "cls", "mecab"), "k", None, 2, folds))
+    assert line == "cnn: CV macro-F1 0.5500 ± 0.0707 over 2 fold(s)"
