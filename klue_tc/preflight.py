@@ -104,7 +104,9 @@ def check_folds(data: LabelledTitles, folds: int, seed: int) -> None:
             f"{data.source}: cv.folds={folds} needs at least {folds} titles of every class present; "
             f"{name} has {have}{copies}: {fix}"
         )
-    for fold, (train, _) in enumerate(title_folds(data, folds, seed)):
+    # cv.folds=1: one final model trains on every title (klue_tc/folds.py)
+    splits = title_folds(data, folds, seed) if folds > 1 else [(np.arange(len(data.labels)), None)]
+    for fold, (train, _) in enumerate(splits):
         in_training = np.bincount(data.labels[train], minlength=data.num_classes)
         short = [c for c in present if in_training[c] < 2]
         if short:

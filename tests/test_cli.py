@@ -40,7 +40,7 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
     with caplog.at_level(logging.INFO, logger="klue_tc"):
         run_in_process(common, run_dir)
     out = capsys.readouterr().out
-    assert "epoch 1/2" in caplog.text and "wandb sync" in caplog.text
+    assert "epoch 1/2" in caplog.text and "wandb sync" in out and "wandb leet" in out
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [f["fold"] for f in metrics["folds"]] == [0, 1]

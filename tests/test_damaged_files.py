@@ -196,11 +196,11 @@ def test_a_pretraining_state_with_a_changed_byte_starts_again(tmp_path, caplog):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     generator = torch.Generator().manual_seed(0)
     path = tmp_path / "resume.pt"
-    _save_state(path, 4, 1.5, model, optimizer, scheduler, generator)
-    assert _resume(path, model, optimizer, scheduler, generator) == (4, 1.5)
+    _save_state(path, 4, 1.5, model, optimizer, scheduler, generator, [2.5, 2.25])
+    assert _resume(path, model, optimizer, scheduler, generator) == (4, 1.5, [2.5, 2.25])
     flip_a_byte(path, at=0.5)
     with caplog.at_level(logging.WARNING):
-        assert _resume(path, model, optimizer, scheduler, generator) == (0, 0.0)
+        assert _resume(path, model, optimizer, scheduler, generator) == (0, 0.0, [])
     assert warnings_of(caplog) == [
         f"pretraining state: {path}: damaged (its SHA-256 differs from the one resume.pt.sha256 keeps); "
         "pretraining from the start"

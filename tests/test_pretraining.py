@@ -421,7 +421,7 @@ def test_the_pretrained_store_lies_inside_results_dir_and_one_beside_it_is_still
     """By default the store is <results.dir>/pretrained, inside the folder the user named; an encoder
     that earlier code stored beside it (<results.dir>/../pretrained) is found there, not pretrained again."""
     run, results = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm"), tmp_path / "results"
-    assert pretraining.store_root(run, results) == results / "pretrained"
+    assert run.pretrain.store_dir(results) == results / "pretrained"
     assert pretraining.store_for(run, results, "k").root == results / "pretrained"  # nothing stored yet
     earlier = tmp_path / "pretrained" / "k"
     earlier.mkdir(parents=True)

@@ -71,10 +71,12 @@ def test_runs_that_differ_only_in_a_validation_file_share_their_baseline(tmp_pat
 
 def test_a_single_runs_report_has_no_empty_section_or_file_and_labels_both_validation_scores(tmp_path, monkeypatch):
     run = single_run(tmp_path / "run")
+    from klue_tc.report import plots
+
     drawn = {}
-    save = Figure.savefig
+    save = plots.save_figure
     monkeypatch.setattr(
-        Figure, "savefig", lambda fig, path, **kw: (drawn.update({Path(path).name: fig}), save(fig, path, **kw))
+        plots, "save_figure", lambda fig, path: (drawn.update({Path(path).name: fig}), save(fig, path))[1]
     )
 
     write_report(run, baseline=False)
