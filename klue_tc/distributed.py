@@ -102,7 +102,7 @@ def run_other_rank() -> int:
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
     job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
     splits = stratified_folds(inputs.train.labels, run.cv.folds, run.cv.seed)
-    pretraining = run.pretrain.objective != "none"
+    pretraining = run.pretrain.active
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
     pretrained_store = PretrainedStore(store_root(run, Path(plan["results_root"])))
     for k in plan["folds"]:

@@ -1,4 +1,5 @@
-"""Variants found by name: encoder blocks, heads and tokenizers register here with their typed config.
+"""Variants found by name: encoder blocks, heads, tokenizers and pretraining objectives register here
+with their typed config.
 
 A variant module says `@ENCODERS.register("name", NameConfig)` above what it builds. One discovery
 finds them the first time a registry is read: every module of the registry's package, then every
@@ -130,3 +131,7 @@ ENCODERS = Registry(
 HEADS = Registry("head", "klue_tc.models.heads", built_ins=("cls", "mean", "blstm"))
 TOKENIZERS = Registry("tokenizer", "klue_tc.tokenizers", built_ins=("sentencepiece", "mecab", "kobert"))
 VARIANT_GROUPS = {"tokenizer": TOKENIZERS, "encoder": ENCODERS, "head": HEADS}
+# Pretraining objectives: chosen by pretrain.objective (or none), their dataclasses PretrainConfigs.
+OBJECTIVES = Registry(
+    "objective", "klue_tc.objectives", built_ins=("mlm", "electra"), check="klue_tc.objectives:check_objective_variant"
+)

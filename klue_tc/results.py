@@ -38,7 +38,7 @@ def config_hash(
 ) -> str:
     """`pretrain_inputs`: a hash of what the pretraining corpus reads besides the training titles."""
     settings = keyed_settings(run)
-    if run.pretrain.objective == "none":
+    if not run.pretrain.active:
         settings.pop("pretrain")  # the key every record made before pretraining existed has
     payload = {"config": settings, "data": data_fingerprint, "precision": precision}
     if tokenizer_identity:
