@@ -102,7 +102,7 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
         "pad_multiple": run.data.pad_multiple,
         "seed": run.seed,
         "precision": device.precision,
-        "code": asdict(code_version()),
+        "code": asdict(code_version(run)),
     }
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 

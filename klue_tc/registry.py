@@ -116,12 +116,6 @@ def load_external_variants() -> None:
             raise ConfigError(f"{where} cannot be imported: {err}") from None
 
 
-def external_sources(root: Path) -> list[Path]:
-    """The files, outside `root`, of modules that registered a variant."""
-    files = {v.source for registry in VARIANT_GROUPS.values() for v in registry.variants()}
-    return sorted(f for f in files if f is not None and not f.is_relative_to(root))
-
-
 ENCODERS = Registry(
     "encoder",
     "klue_tc.models.encoders",

@@ -20,7 +20,11 @@ from klue_tc.config import EncoderConfig
 from klue_tc.errors import ConfigError
 from klue_tc.registry import ENCODERS, Registry
 
-BUILT_IN_ENCODERS = ["transformer", "trans_blstm", "trans_blstm_parallel", "cnn"]
+
+def encoders_with(*added: str) -> list[str]:
+    """The registry's order with encoders `added`: the built-ins first, then every other by name."""
+    others = [name for name in ENCODERS.names() if name not in ENCODERS.built_ins]
+    return [*ENCODERS.built_ins, *sorted([*others, *added])]
 
 
 def readme_example() -> dict[str, str]:
@@ -68,8 +72,8 @@ def external_distribution(site: Path, module: str, variant: str) -> Path:
 PROBE = """
 import json
 from klue_tc.config import validate
-from klue_tc.fingerprint import code_version
-from klue_tc.registry import ENCODERS
+from klue_tc.fingerprint import Choices, version_of
+from klue_tc.registry import ENCODERS, OBJECTIVES
 from klue_tc.report.summary import study_order
 from klue_tc.sweeps import compose_sweep, sweep_jobs
 
@@ -81,7 +85,10 @@ print(json.dumps({
     "experiments": {
         name: sorted({o for job in js for o in job if o.startswith("+experiment=")}) for name, js in jobs.items()
     },
-    "fingerprint": code_version().fingerprint,
+    "versions": {
+        **{e: version_of(Choices("mecab", e, "cls")).fingerprint for e in ENCODERS.names()},
+        **{o: version_of(Choices("mecab", "transformer", "cls", o)).fingerprint for o in OBJECTIVES.names()},
+    },
 }))
 """
 
@@ -96,8 +103,8 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
     plain = probe(copy_repo(tmp_path / "plain"))
     gated = probe(repo_with_gated)
 
-    assert plain["encoders"] == BUILT_IN_ENCODERS
-    assert gated["encoders"] == gated["report_order"] == [*BUILT_IN_ENCODERS, "gated"]
+    assert plain["encoders"] == encoders_with()
+    assert gated["encoders"] == gated["report_order"] == encoders_with("gated")
     every = [f"+experiment={e}" for e in sorted([*EXPERIMENTS, "gated"])]
     assert gated["experiments"]["full"] == every
     assert (
@@ -106,7 +113,9 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
         == [e for e in every if e != "+experiment=transformer_pre_ln"]
     )
     assert gated["experiments"]["smoke"] == plain["experiments"]["smoke"]  # two named experiments
-    assert gated["fingerprint"] != plain["fingerprint"]  # its code is in the results key
+    # Its code is in its own results key, and in no other: every record of the others stays valid.
+    assert gated["versions"] == {**plain["versions"], "gated": gated["versions"]["gated"]}
+    assert gated["versions"]["gated"] != plain["versions"]["transformer"]
     assert gated["composed"]["+experiment=gated"] == "gated"  # the experiment composes and validates
 
     done = run(repo_with_gated, ["-m", "klue_tc", "+experiment=bert"])
@@ -119,10 +128,12 @@ def test_variants_from_entry_points_come_after_the_built_ins_sorted_and_are_fing
     site = tmp_path / "site"
     module = external_distribution(site, "zeta_encoders", "a_external")
     first = probe(repo_with_gated, [site])
-    assert first["encoders"] == [*BUILT_IN_ENCODERS, "a_external", "gated"]  # not in import order
+    assert first["encoders"] == encoders_with("a_external", "gated")  # not in import order
 
     module.write_text(module.read_text().replace("ffn_dim: int = 512", "ffn_dim: int = 384"))
-    assert probe(repo_with_gated, [site])["fingerprint"] != first["fingerprint"]  # no stale records
+    edited = probe(repo_with_gated, [site])["versions"]
+    assert edited["a_external"] != first["versions"]["a_external"]  # no stale records of it
+    assert edited == {**first["versions"], "a_external": edited["a_external"]}  # nor a retrained other
 
 
 def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_path):
