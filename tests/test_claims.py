@@ -224,3 +224,21 @@ def test_a_configuration_at_chance_is_left_out_of_every_comparison_but_pretraini
     at_chance = folds.assign(f1=0.14 + 0.001 * np.arange(len(folds)) % 0.01)
     nothing = judge(at_chance, ["f1"])
     assert nothing.left_out is None and not any(nothing.judged.values())
+
+
+def test_every_pretraining_objective_in_the_grid_is_judged_against_scratch_under_its_own_id():
+    """(vii) is not keyed on mlm: with one objective it is `vii`, with several each is `vii.<objective>`."""
+    from klue_tc.report.interactions import interactions
+
+    one = grid_with_a_stalled_pretraining()
+    assert "(vii) Does self-pretraining (mlm) help (all encoders; mlm − none)?" in {
+        c.statement for c in judge_claims(one) if c.id == "vii"
+    }
+    toy = one[one["pretrain"] == "mlm"].assign(
+        pretrain="toy", config_hash=lambda f: f["config_hash"] + "-toy", f1=lambda f: f["f1"] + 0.05
+    )
+    claims = {c.id: c for c in judge_claims(pd.concat([one, toy], ignore_index=True))}
+    assert "vii" not in claims and {"vii.mlm", "vii.toy", "vii.toy.cnn"} <= set(claims)
+    assert claims["vii.toy"].difference > claims["vii.mlm"].difference + 0.04
+    table = interactions(pd.concat([one, toy], ignore_index=True))
+    assert {"mlm − none, cnn", "toy − none, cnn"} <= set(table["comparison"])

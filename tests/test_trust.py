@@ -20,7 +20,7 @@ from jobs import run_cli, run_in_process
 from klue_tc import fingerprint
 from klue_tc.config import validate
 from klue_tc.fingerprint import Choices
-from klue_tc.records import CodeVersion, FoldResult
+from klue_tc.records import FROM_SCRATCH, RECORD_SCHEMA, SELECTED_ON_SCORED_FOLD, CodeVersion, FoldResult
 from klue_tc.registry import ENCODERS, OBJECTIVES
 from klue_tc.results import ResultsStore
 
@@ -156,6 +156,19 @@ def test_the_studys_from_scratch_records_count_for_this_code(tmp_path):
             if scratch
             else f"{path.parent.name}: a pretrained record counts for this code"
         )
+
+
+def test_a_record_of_older_code_reads_as_this_schema(tmp_path):
+    """docs/study's records predate self-pretraining and the inner split: read, they say so in this
+    schema's terms (from scratch, chosen on the scored fold); a record saved now names its schema."""
+    (path,) = sorted((REPO / "docs" / "study" / "results").glob("*/fold0.json"))[:1]
+    assert "schema" not in json.loads(path.read_text())
+    record = FoldResult.load(path)
+    assert record.schema == RECORD_SCHEMA and record.describe.pretrain == FROM_SCRATCH
+    assert record.selected_on == SELECTED_ON_SCORED_FOLD and record.inner_f1 is None
+    record.save(tmp_path / "fold0.json")
+    assert json.loads((tmp_path / "fold0.json").read_text())["schema"] == RECORD_SCHEMA
+    assert FoldResult.load(tmp_path / "fold0.json") == record
 
 
 @pytest.mark.parametrize("cell, found", [("a4558ebfc128", True), ("1233b6f0303d", False)])

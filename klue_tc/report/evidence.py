@@ -171,7 +171,7 @@ QUESTIONS = [
     Question(
         "vii",
         "encoders with and without self-pretraining",
-        lambda f: "pretrain" in f and f["pretrain"].nunique() > 1,
+        lambda f: f["pretrain"].nunique() > 1,
         lambda f: f["pretrain"] == "none",
         "the encoders trained from scratch",
         factor=KEEPS_FAILURES,

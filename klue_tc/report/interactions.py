@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.claims import METRIC_TITLES
 from klue_tc.report.effects import REFERENCES, title_interval
 from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, family_confidence
@@ -35,7 +36,6 @@ INTERACTION_COLUMNS = [
     "titles_high",
 ]
 SIMPLE, INTERACTION = "simple effect", "interaction"
-PRETRAINED = "mlm"  # the objective the pretraining study's grid uses
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,12 @@ def interaction_rows(grid: Grid) -> list[Row]:
     return [
         *ln_by_layers(grid),
         *by_encoder(grid, "ln", "pre", "post", "LN × encoder"),
-        *by_encoder(grid, "pretrain", PRETRAINED, "none", "pretrain × encoder"),
+        *[
+            row
+            for objective in grid.levels("pretrain")
+            if objective != FROM_SCRATCH
+            for row in by_encoder(grid, "pretrain", objective, FROM_SCRATCH, "pretrain × encoder")
+        ],
     ]
 
 

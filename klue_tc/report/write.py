@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pandas as pd
 
-from klue_tc.records import FoldResult
+from klue_tc.records import FROM_SCRATCH, FoldResult
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import Recipe, fold_frame, fold_records, optuna_best, run_recipe
@@ -64,18 +64,14 @@ def studies_side_by_side(folds: pd.DataFrame, metrics: list[str], beside: Option
     objective: empty when there is one study with one objective only."""
     from klue_tc.report.claims import StudyVerdicts
 
-    parts = (
-        [
-            (f"{level} ({'from scratch' if level == 'none' else 'pretrained'}), this grid", part)
-            for level, part in folds.groupby("pretrain", sort=False)
-        ]
-        if "pretrain" in folds
-        else []
-    )
-    parts.sort(key=lambda item: not item[0].startswith("none"))
+    parts = [
+        (f"{level} ({'from scratch' if level == FROM_SCRATCH else 'pretrained'}), this grid", part)
+        for level, part in folds.groupby("pretrain", sort=False)
+    ]
+    parts.sort(key=lambda item: not item[0].startswith(FROM_SCRATCH))
     if beside is not None:
         other = fold_frame(beside)
-        scratch = "pretrain" not in other or set(other["pretrain"]) == {"none"}
+        scratch = set(other["pretrain"]) == {FROM_SCRATCH}
         parts.insert(0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other))
     if len(parts) < 2:
         return []
