@@ -15,7 +15,7 @@ import torch
 
 from conftest import SHARED_KOBERT, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_in_process
-from klue_tc import pretraining
+from klue_tc import pretraining, registry
 from klue_tc.config import job_config, keyed_settings, validate
 from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
 from klue_tc.data import LabelledTitles, read_unlabelled_file
@@ -47,7 +47,7 @@ from klue_tc.tokenizers import EncodedTitles, SpecialIds, TokenizerCache, fit_to
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 # The tests train on the CPU, in fp32 (TINY_MODEL asks for the CPU).
 CPU = Device(gpu=False, precision="32-true", name="cpu")
-ENCODERS = ["transformer", "trans_blstm", "trans_blstm_parallel", "cnn"]
+ENCODERS = list(registry.ENCODERS.built_ins)  # each has an experiment of its name
 
 
 def run_config(tmp_path, *overrides):
