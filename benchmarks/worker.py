@@ -228,7 +228,8 @@ def pretrain_worker(run, prepared, spec: dict) -> dict:
     import torch
 
     from klue_tc.hardware import resolve_device
-    from klue_tc.pretraining import HEAD_ROW_BUCKET, new_masked_lm, pretrain_encoder
+    from klue_tc.objectives.mlm import MaskedLM
+    from klue_tc.pretraining import HEAD_ROW_BUCKET, pretrain_encoder
 
     timer = PretrainTimer(torch.device("cuda" if spec["gpu"] else "cpu"))
     Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
@@ -239,7 +240,7 @@ def pretrain_worker(run, prepared, spec: dict) -> dict:
     steps, loss = outcome.steps, outcome.loss
     tokenizer = prepared.tokenizer
     head_rows = int(timer.head_rows)
-    step_flops = masked_lm_step_flops(new_masked_lm(run, tokenizer), timer.widths, head_rows, _token_id(tokenizer))
+    step_flops = masked_lm_step_flops(MaskedLM.model(run, tokenizer), timer.widths, head_rows, _token_id(tokenizer))
     return {
         "kind": "pretrain",
         "encoder": spec["encoder"],

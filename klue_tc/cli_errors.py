@@ -115,21 +115,24 @@ def unknown_key_line(key: str, schema_name: str) -> str:
     from dataclasses import fields
 
     from klue_tc.config import RunConfig
-    from klue_tc.registry import VARIANT_GROUPS
+    from klue_tc.registry import OBJECTIVES, VARIANT_GROUPS
 
     section, _, leaf = key.rpartition(".")
+    groups = {**VARIANT_GROUPS, "pretrain": OBJECTIVES}
     schemas = [
         RunConfig,
         *(f.default_factory for f in fields(RunConfig) if callable(getattr(f, "default_factory", None))),
     ]
-    schemas += [registry[name].config for registry in VARIANT_GROUPS.values() for name in registry.names()]
+    schemas += [registry[name].config for registry in groups.values() for name in registry.names()]
     schema = next((s for s in schemas if s.__name__ == schema_name), None)
     own = {f.name for f in fields(schema)} if schema else set()
-    group = VARIANT_GROUPS.get(section)
-    if group is not None:
-        others = [name for name in group.names() if leaf in {f.name for f in fields(group[name].config)}]
+    group_name, _, group_key = key.partition(".")
+    group = groups.get(group_name)
+    if group is not None and group_key:
+        setting = group_key.split(".")[0]  # pretrain.electra.generator_layers: the electra section
+        others = [name for name in group.names() if setting in {f.name for f in fields(group[name].config)}]
         if others:
-            return f"unknown config key {key}: only {section}={' or '.join(others)} has {leaf}"
+            return f"unknown config key {key}: only {group_name}={' or '.join(others)} has {setting}"
     return f"unknown config key {key}{did_you_mean(leaf, own, prefix=f'{section}.' if section else '')}"
 
 

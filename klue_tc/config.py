@@ -22,6 +22,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from klue_tc.errors import ConfigError
 
 RESULTS_KEY = "in_results_key"
+WHILE_ON = "while_on"  # keyed_while_on's mark
 
 
 def outside_results_key(default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -30,24 +31,16 @@ def outside_results_key(default: Any = dataclasses.MISSING, **kwargs) -> Any:
     return field(default=default, metadata={RESULTS_KEY: False}, **kwargs)
 
 
-def keyed_only_when(default_factory: Any, **condition: Any) -> Any:
-    """A field in the results key only while its section's other fields are as `condition` says
-    (pretrain.electra: with objective electra), so that adding it left every other key as it was."""
-    return field(default_factory=default_factory, metadata={RESULTS_KEY: condition})
-
-
 def keyed_while_on(default_factory: Any) -> Any:
     """A section in the results key only while its `on` property holds (pretrain.stall: a rule added
     off, so that every key made before it, and every key of a job with it off, is as it was)."""
-    return field(default_factory=default_factory, metadata={RESULTS_KEY: "while_on"})
+    return field(default_factory=default_factory, metadata={RESULTS_KEY: WHILE_ON})
 
 
 def in_results_key(item: Any, section: Any = None) -> bool:
     keyed = item.metadata.get(RESULTS_KEY, True)
-    if keyed == "while_on":
+    if keyed == WHILE_ON:
         return getattr(section, item.name).on
-    if isinstance(keyed, dict):
-        return all(getattr(section, name) == value for name, value in keyed.items())
     return keyed
 
 
@@ -366,34 +359,7 @@ class ResultsConfig:
         return [one_of("results.reuse", self.reuse, ("same_code", "any"))]
 
 
-PRETRAIN_OBJECTIVES = ("none", "mlm", "electra")
-
-
-@dataclass
-class ElectraConfig:
-    """ELECTRA's replaced-token detection (Clark et al. 2020): a small masked-LM generator fills the
-    picked positions by sampling, and the encoder learns to tell, at every token, whether it was
-    replaced. The generator is a Transformer sharing the encoder's token embeddings; only the
-    encoder is kept."""
-
-    generator_layers: int = 1
-    # The generator's width as a share of encoder.d_model (ELECTRA: 1/4 to 1/2 works best; a
-    # generator as strong as the discriminator leaves it too hard a task).
-    generator_size: float = 0.25
-    discriminator_weight: float = 50.0  # lambda: generator MLM loss + lambda x replaced-token BCE
-
-    def checks(self) -> list[Check]:
-        return [
-            at_least("pretrain.electra.generator_layers", self.generator_layers, 1),
-            (
-                0.0 < self.generator_size <= 1.0,
-                f"pretrain.electra.generator_size must be in (0, 1], got {self.generator_size}",
-            ),
-            (
-                self.discriminator_weight > 0,
-                f"pretrain.electra.discriminator_weight must be > 0, got {self.discriminator_weight}",
-            ),
-        ]
+NO_PRETRAINING = "none"  # pretrain.objective when the encoder starts from scratch
 
 
 @dataclass
@@ -429,12 +395,13 @@ class StallConfig:
 
 @dataclass
 class PretrainConfig:
-    """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py).
+    """Self-pretraining of the encoder on unlabelled titles before fine-tuning (klue_tc/pretraining.py):
+    the keys every objective has; each objective's dataclass adds its own (klue_tc/objectives/).
     With `none` the section is left out of the results key, so records made before it existed count."""
 
-    # none | mlm (masked-language modelling, BERT's 80/10/10) | electra (replaced-token detection,
-    # with a generator that fills the positions masked as for mlm)
-    objective: str = "none"
+    # none | a registered objective: mlm (masked-language modelling, BERT's 80/10/10), electra
+    # (replaced-token detection, with a generator that fills the positions masked as for mlm)
+    objective: str = NO_PRETRAINING
     epochs: int = 8  # passes over the corpus
     max_steps: Optional[int] = None  # stop after this many optimiser steps instead (null: all epochs)
     mask_p: float = 0.15  # share of the real tokens picked as targets
@@ -456,10 +423,11 @@ class PretrainConfig:
     include_scored_titles: bool = False
     dir: Optional[str] = outside_results_key(None)  # null: `pretrained` inside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
-    # pretrain=electra's own settings: in the keys of electra jobs only, so no other key moved.
-    electra: ElectraConfig = keyed_only_when(ElectraConfig, objective="electra")
-    # The stall rule (pretrain=mlm only); off by default, so no key made before it moved.
-    stall: StallConfig = keyed_while_on(StallConfig)
+
+    @property
+    def active(self) -> bool:
+        """Whether the encoder is pretrained (an objective is chosen)."""
+        return self.objective != NO_PRETRAINING
 
     def store_dir(self, results_root: Path) -> Path:
         """`pretrain.dir`, else `pretrained` inside the results store: a sweep's jobs share it, and it
@@ -468,19 +436,6 @@ class PretrainConfig:
 
     def checks(self) -> list[Check]:
         return [
-            one_of("pretrain.objective", self.objective, PRETRAIN_OBJECTIVES),
-            (
-                self.objective == "electra" or self.electra == ElectraConfig(),
-                f"pretrain.electra.* are settings of pretrain=electra; with pretrain={self.objective} they "
-                "would change nothing",
-            ),
-            *self.electra.checks(),
-            *self.stall.checks(),
-            (
-                self.objective != "electra" or not self.stall.on,
-                "pretrain.stall watches the masked-LM loss against the token-frequency entropy: it needs "
-                "pretrain=mlm (ELECTRA's loss adds the detection loss)",
-            ),
             at_least("pretrain.epochs", self.epochs, 1),
             (
                 self.max_steps is None or self.max_steps > 0,
@@ -594,6 +549,19 @@ def job_config(cfg: DictConfig) -> dict:
     )
 
 
+def pretrain_config(objective: str) -> PretrainConfig:
+    """The pretrain section's dataclass for `objective`: the objective's own (klue_tc/objectives/),
+    or the shared keys alone for none."""
+    from klue_tc.registry import OBJECTIVES
+
+    if objective == NO_PRETRAINING:
+        return PretrainConfig()
+    if objective not in OBJECTIVES:
+        choices = ", ".join([NO_PRETRAINING, *OBJECTIVES.names()])
+        raise ConfigError(f"unknown pretrain.objective {objective!r}; valid choices: {choices}")
+    return OBJECTIVES[objective].config(objective=objective)
+
+
 def typed_schema(user: dict) -> DictConfig:
     """RunConfig, with each variant group typed by the chosen variant's own dataclass."""
     from klue_tc.registry import VARIANT_GROUPS
@@ -604,12 +572,31 @@ def typed_schema(user: dict) -> DictConfig:
         if name is None:
             raise ConfigError(f"no {group} chosen; valid choices: {', '.join(registry.names())}")
         schema[group] = OmegaConf.structured(registry[name].config(name=name))
+    objective = (user.get("pretrain") or {}).get("objective", NO_PRETRAINING)
+    schema.pretrain = OmegaConf.structured(pretrain_config(objective))
     return schema
+
+
+def without_other_objectives_defaults(user: dict) -> dict:
+    """Configs written before objectives had their own dataclasses held pretrain.electra under
+    every objective, at its defaults outside pretrain=electra: there it changes nothing, so it is
+    left out (any other value is an unknown key, reported as such)."""
+    from klue_tc.registry import OBJECTIVES
+
+    pretrain = user.get("pretrain")
+    if not isinstance(pretrain, dict):
+        return user
+    own = {f.name for f in fields(type(pretrain_config(pretrain.get("objective", NO_PRETRAINING))))}
+    defaults = {}
+    for name in OBJECTIVES.names():
+        defaults |= OmegaConf.to_container(OmegaConf.structured(OBJECTIVES[name].config(objective=name)))
+    unused = {k for k, v in pretrain.items() if k not in own and k in defaults and v == defaults[k]}
+    return {**user, "pretrain": {k: v for k, v in pretrain.items() if k not in unused}} if unused else user
 
 
 def validate(cfg: DictConfig | dict) -> RunConfig:
     """Merge a composed config onto the schema; any mismatch becomes one ConfigError line."""
-    user = job_config(cfg) if isinstance(cfg, DictConfig) else cfg
+    user = without_other_objectives_defaults(job_config(cfg) if isinstance(cfg, DictConfig) else cfg)
     schema = typed_schema(user)
     try:
         run: RunConfig = OmegaConf.to_object(OmegaConf.merge(schema, user))
@@ -652,10 +639,10 @@ def describe_config_error(err: OmegaConfBaseException, schema: DictConfig) -> st
 
 def register_schemas() -> None:
     """The schema under `_schema`, and every group's options from the dataclasses: the single-option
-    groups under their name, each registered variant under its own."""
+    groups under their name, each registered variant (and pretraining objective) under its own."""
     from hydra.core.config_store import ConfigStore
 
-    from klue_tc.registry import VARIANT_GROUPS
+    from klue_tc.registry import OBJECTIVES, VARIANT_GROUPS
 
     store = ConfigStore.instance()
     store.store(name="_schema", node=RunConfig)
@@ -667,8 +654,8 @@ def register_schemas() -> None:
         store.store(group=group, name=name, node=node)
     for kind in LoggerKind:
         store.store(group="logger", name=kind.value, node=LoggerConfig(name=kind))
-    for objective in PRETRAIN_OBJECTIVES:
-        store.store(group="pretrain", name=objective, node=PretrainConfig(objective=objective))
+    for objective in [NO_PRETRAINING, *OBJECTIVES.names()]:
+        store.store(group="pretrain", name=objective, node=pretrain_config(objective))
     for group, registry in VARIANT_GROUPS.items():
         for name in registry.names():
             store.store(group=group, name=name, node=registry[name].config(name=name))

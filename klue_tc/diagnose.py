@@ -25,7 +25,7 @@ from torch import nn
 from klue_tc.config import RunConfig, validate
 from klue_tc.data import read_labelled_file
 from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.frequency_plateau import PLATEAU_NATS, token_entropy
+from klue_tc.frequency_plateau import PLATEAU_NATS, applies_to, token_entropy
 from klue_tc.masking import never_hidden
 from klue_tc.module import TopicClassifierModule
 from klue_tc.pretraining import TOKENIZER_DIR, WEIGHTS_FILE, PretrainedEncoder
@@ -139,7 +139,7 @@ def report(fold: Fold, data: Path, titles: int) -> list[str]:
     for part in starts["fresh"].gradients:
         lines.append(f"  {part:<28}" + "".join(f"  {k} {s.gradients[part]:.1e}" for k, s in starts.items()))
     meta = record.pretrained or {}
-    if meta.get("objective") == "mlm":
+    if applies_to(meta.get("objective")):
         flat = torch.cat([torch.tensor(t, dtype=torch.int64) for t in tokenizer.encode(labelled.texts)]).numpy()
         entropy = token_entropy(flat, never_hidden(tokenizer.specials))
         on_plateau = meta["final_loss"] > entropy - PLATEAU_NATS

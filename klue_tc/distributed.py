@@ -102,7 +102,7 @@ def run_other_rank() -> int:
     store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
     job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
     folds = job_folds(run, inputs)
-    pretraining = run.pretrain.objective != "none"
+    pretraining = run.pretrain.active
     sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
     for k in plan["folds"]:
         fold, pretrained = folds[k], None

@@ -43,7 +43,7 @@ def resolve_job(
         inputs,
         store,
         key,
-        code_version(),
+        code_version(run),
         device,
         describe(run),
         wandb_group(run, key),

@@ -1,10 +1,10 @@
 """Self-pretraining: the encoder learns from unlabelled titles before a fold fine-tunes it.
 
-corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> masked-LM (or ELECTRA replaced-token
-detection) steps -> the encoder's weights and the tokenizer in a store beside the results store,
-keyed by everything that changes them, so every fold and configuration that shares the key finds
-them, and a second job trains nothing. A plain loop rather than Lightning: it resumes from the last
-saved step, not the last finished epoch.
+corpus (klue_tc/corpus.py) -> a tokenizer fit on it -> steps of the objective (klue_tc/objectives/:
+masked LM, ELECTRA's replaced-token detection) -> the encoder's weights and the tokenizer in a store
+beside the results store, keyed by everything that changes them, so every fold and configuration
+that shares the key finds them, and a second job trains nothing. A plain loop rather than
+Lightning: it resumes from the last saved step, not the last finished epoch.
 """
 
 from __future__ import annotations
@@ -37,19 +37,16 @@ from klue_tc.checksums import (
 )
 from klue_tc.config import RunConfig, keyed_settings
 from klue_tc.corpus import Corpus
-from klue_tc.data import NUM_CLASSES
 from klue_tc.datamodule import BucketBatchSampler, PaddedBatches
-from klue_tc.errors import ConfigError, DamagedFileError
+from klue_tc.errors import DamagedFileError
 from klue_tc.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from klue_tc.fingerprint import code_version
 from klue_tc.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.hardware import Device
-from klue_tc.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
-from klue_tc.models import build_classifier
-from klue_tc.models.encoder import Encoder
-from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead, round_up
-from klue_tc.models.replaced_token_detection import ReplacedTokenDetection
+from klue_tc.masking import never_hidden
+from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, round_up
 from klue_tc.module import lr_lambda, warmup_steps
+from klue_tc.objectives import objective, pretraining_model
 from klue_tc.pretraining_stall import StallWatch, with_restarts
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
@@ -61,8 +58,6 @@ BETAS = (0.9, 0.98)  # RoBERTa's: steadier than BERT's 0.999 with large batches 
 CLIP_NORM = 1.0
 MIN_WARMUP_STEPS = 8
 BUCKET_MULTIPLIER = 50
-# What the progress line calls each objective's loss (ELECTRA's: generator MLM + lambda x detection BCE).
-LOSS_NAMES = {"mlm": "MLM loss", "electra": "ELECTRA loss"}
 LOSS_WINDOW = 50  # steps: one batch's loss moves by tenths, their mean is what a table can compare
 
 
@@ -106,59 +101,6 @@ class PretrainedEncoder:
         return {"key": self.key, "path": str(self.path.resolve()), **self.meta}
 
 
-def word_start_table(tokenizer: Tokenizer) -> torch.Tensor:
-    """Per piece id: does it begin a word (SentencePiece's '▁'; the specials count as starts)."""
-    processor = getattr(tokenizer, "processor", None)
-    if processor is None:
-        raise ConfigError(
-            f"pretrain.whole_word=true needs pieces that mark word starts (sentencepiece, kobert); "
-            f"the {tokenizer.kind} tokenizer's do not"
-        )
-    table = torch.tensor([processor.id_to_piece(i).startswith("▁") for i in range(tokenizer.vocab_size)])
-    table[list(asdict(tokenizer.specials).values())] = True
-    return table
-
-
-class MaskedLanguageModel(nn.Module):
-    """The classifier's encoder with a tied masked-LM head that scores only the picked positions."""
-
-    def __init__(self, encoder: Encoder, vocab_size: int, pad_id: int):
-        super().__init__()
-        self.encoder, self.pad_id = encoder, pad_id
-        self.head = MaskedLMHead(encoder.embeddings.tokens.embedding_dim, vocab_size)
-
-    def forward(
-        self, shown: torch.Tensor, original: torch.Tensor, picked: torch.Tensor, rng: Optional[torch.Generator] = None
-    ) -> torch.Tensor:
-        """The masked-LM loss; `rng` is unused (the masked LM draws nothing), taken as
-        ReplacedTokenDetection takes it so that one loop drives both."""
-        states = self.encoder(shown, shown.eq(self.pad_id))
-        # Gathered before the vocabulary projection: the head's cost is that of the picked rows only.
-        loss, _ = self.head.loss(states, self.encoder.embeddings.tokens.weight, original, picked, HEAD_ROW_BUCKET)
-        return loss
-
-
-def new_masked_lm(run: RunConfig, tokenizer: Tokenizer) -> MaskedLanguageModel:
-    """The encoder initialised exactly as a from-scratch classifier's (its parameters come first)."""
-    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
-    return MaskedLanguageModel(classifier.encoder, tokenizer.vocab_size, tokenizer.specials.pad)
-
-
-def new_replaced_token_detector(run: RunConfig, tokenizer: Tokenizer) -> ReplacedTokenDetection:
-    """The encoder initialised exactly as a from-scratch classifier's, then ELECTRA's generator."""
-    classifier = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, NUM_CLASSES)
-    return ReplacedTokenDetection(
-        classifier.encoder, run.encoder, run.pretrain.electra, tokenizer.vocab_size, tokenizer.specials
-    )
-
-
-def new_pretraining_model(run: RunConfig, tokenizer: Tokenizer) -> nn.Module:
-    """The objective's model around the classifier's encoder (at `.encoder`, the part that is kept)."""
-    if run.pretrain.objective == "electra":
-        return new_replaced_token_detector(run, tokenizer)
-    return new_masked_lm(run, tokenizer)
-
-
 def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
     """Everything that changes the pretrained weights; where the corpus came from is not in it."""
     settings = keyed_settings(run.pretrain)
@@ -173,7 +115,7 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
         "pad_multiple": run.data.pad_multiple,
         "seed": run.seed,
         "precision": device.precision,
-        "code": asdict(code_version()),
+        "code": asdict(code_version(run)),
     }
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -331,12 +273,13 @@ def pretrain_encoder(
     state_path: Path,
     on_step: Optional[StepHook] = None,
 ) -> PretrainingOutcome:
-    """Steps of the objective (masked LM or ELECTRA) over `encoded`; the resumable state is written
+    """Steps of the objective (klue_tc/objectives/) over `encoded`; the resumable state is written
     to `state_path` every `pretrain.save_every_steps` steps and at the step a stop signal comes
     (then JobInterrupted), and a run that finds one there goes on from it. A masked-LM pretraining
     is checked against its corpus's token-frequency plateau, and restarted at a lower rate where
     pretrain.stall says so (klue_tc/pretraining_stall.py)."""
-    plateau = token_entropy(encoded.ids, never_hidden(tokenizer.specials)) if run.pretrain.objective == "mlm" else None
+    watched = objective(run.pretrain.objective).frequency_plateau  # a loss comparable to the entropy
+    plateau = token_entropy(encoded.ids, never_hidden(tokenizer.specials)) if watched else None
     outcome, stall, restarted_seconds = with_restarts(
         run,
         plateau,
@@ -361,21 +304,20 @@ def _pretrain_attempt(
     bf16 = "bf16" in device.precision
     on = device.torch_device
     torch.manual_seed(run.seed)
-    model = new_pretraining_model(run, tokenizer).to(on)
+    model = pretraining_model(run, tokenizer).to(on)
     optimizer = _optimizer(model, run)
     per_epoch, total = total_steps(run, len(encoded))
     warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
     generator = torch.Generator(on).manual_seed(run.seed)
-    specials, vocab_size = tokenizer.specials, tokenizer.vocab_size
-    starts = word_start_table(tokenizer).to(on) if cfg.whole_word else None
+    corrupt = objective(cfg.objective).corruption(cfg, tokenizer, on)
     step, seconds_before, losses = _resume(state_path, model, optimizer, scheduler, generator)
     started = time.perf_counter()
 
     def seconds() -> float:
         return seconds_before + time.perf_counter() - started
 
-    batches = PaddedBatches(encoded, None, specials.pad, pad_multiple=run.data.pad_multiple)
+    batches = PaddedBatches(encoded, None, tokenizer.specials.pad, pad_multiple=run.data.pad_multiple)
     sampler = BucketBatchSampler(
         encoded.lengths, cfg.batch_size, shuffle=True, seed=run.seed, multiplier=BUCKET_MULTIPLIER
     )
@@ -388,13 +330,7 @@ def _pretrain_attempt(
             sampler.set_epoch(epoch)
             for indices in itertools.islice(iter(sampler), done_in_epoch, None):
                 original = batches[indices]["input_ids"].to(on, non_blocking=True)
-                if starts is None:
-                    picked = pick_tokens(original, specials, cfg.mask_p, 0, generator)
-                else:
-                    picked = pick_whole_words(original, specials, starts, cfg.mask_p, generator)
-                shown = corrupt_picked(
-                    original, picked, specials, vocab_size, cfg.random_share, cfg.keep_share, generator
-                )
+                shown, picked = corrupt(original, generator)
                 with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
                     loss = model(shown, original, picked, generator)
                 optimizer.zero_grad(set_to_none=True)

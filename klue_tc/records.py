@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 # on the very fold they score (an optimistic CV F1).
 SELECTED_ON_INNER_SPLIT = "inner_split"
 SELECTED_ON_SCORED_FOLD = "scored_fold"
+FROM_SCRATCH = "none"  # Describe.pretrain of an encoder that was not pretrained (config: pretrain=none)
+# The fold record's schema, saved in it. Records without one are of older code (schema 0):
+# `upgraded` reads any record as this schema, the one place that knows what older ones left out.
+RECORD_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Describe:
     layers: int
     head: str
     tokenizer: str
-    pretrain: str = "none"  # the self-pretraining objective the encoder started from
+    pretrain: str = FROM_SCRATCH  # the self-pretraining objective the encoder started from
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ class FoldResult:
     model_size: Optional[ModelSize] = None  # records of older code lack it
     sittings: Optional[int] = None  # the processes it trained in: 1, or more where it was resumed
     checkpoint_sha256: Optional[str] = None  # checked before the checkpoint is loaded; None in older records
+    schema: int = RECORD_SCHEMA
     # Not in the JSON: the results store saves and loads it beside the record.
     predictions: Optional[FoldPredictions] = field(default=None, repr=False, compare=False)
 
@@ -244,7 +249,7 @@ class FoldResult:
     @classmethod
     def from_dict(cls, payload: dict) -> FoldResult:
         known = {f.name for f in fields(cls)} - {"predictions"}
-        values = {k: v for k, v in payload.items() if k in known}
+        values = {k: v for k, v in upgraded(payload).items() if k in known}
         for key, kind in (
             ("describe", Describe),
             ("code", CodeVersion),
@@ -264,6 +269,20 @@ class FoldResult:
     def load(cls, path: Path) -> FoldResult:
         """The record; a DamagedFileError where it does not match its checksum (older records have none)."""
         return cls.from_dict(checked_json(path))
+
+
+def upgraded(payload: dict) -> dict:
+    """A fold record's JSON as this code's schema reads it, whichever code wrote it. Schema 0 (no
+    `schema`): a record of code before self-pretraining has no describe.pretrain (it started from
+    scratch) and one before the inner split no selected_on (the scored fold chose its epoch); its
+    missing inner scores, learning curve, model size and sittings stay unknown (None, empty)."""
+    if payload.get("schema", 0) >= RECORD_SCHEMA:
+        return payload
+    payload = {**payload, "schema": RECORD_SCHEMA}
+    if isinstance(payload.get("describe"), dict):
+        payload["describe"] = {"pretrain": FROM_SCRATCH, **payload["describe"]}
+    payload.setdefault("selected_on", SELECTED_ON_SCORED_FOLD)
+    return payload
 
 
 @dataclass(frozen=True)

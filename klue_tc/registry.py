@@ -1,4 +1,5 @@
-"""Variants found by name: encoder blocks, heads and tokenizers register here with their typed config.
+"""Variants found by name: encoder blocks, heads, tokenizers and pretraining objectives register here
+with their typed config.
 
 A variant module says `@ENCODERS.register("name", NameConfig)` above what it builds. One discovery
 finds them the first time a registry is read: every module of the registry's package, then every
@@ -115,12 +116,6 @@ def load_external_variants() -> None:
             raise ConfigError(f"{where} cannot be imported: {err}") from None
 
 
-def external_sources(root: Path) -> list[Path]:
-    """The files, outside `root`, of modules that registered a variant."""
-    files = {v.source for registry in VARIANT_GROUPS.values() for v in registry.variants()}
-    return sorted(f for f in files if f is not None and not f.is_relative_to(root))
-
-
 ENCODERS = Registry(
     "encoder",
     "klue_tc.models.encoders",
@@ -130,3 +125,7 @@ ENCODERS = Registry(
 HEADS = Registry("head", "klue_tc.models.heads", built_ins=("cls", "mean", "blstm"))
 TOKENIZERS = Registry("tokenizer", "klue_tc.tokenizers", built_ins=("sentencepiece", "mecab", "kobert"))
 VARIANT_GROUPS = {"tokenizer": TOKENIZERS, "encoder": ENCODERS, "head": HEADS}
+# Pretraining objectives: chosen by pretrain.objective (or none), their dataclasses PretrainConfigs.
+OBJECTIVES = Registry(
+    "objective", "klue_tc.objectives", built_ins=("mlm", "electra"), check="klue_tc.objectives:check_objective_variant"
+)

@@ -3,8 +3,8 @@
 A configuration's key hashes every setting declared to change the numbers (klue_tc/config.py), the
 training titles' content, the tokenizer's model file where it reads one, and the precision the job
 resolves to; so sweeps and reruns find finished work wherever the data or outputs live. A record
-counts as finished only when the code that made it is this code (klue_tc/fingerprint.py), unless
-`results.reuse=any` says to take it anyway.
+counts as finished only when the code that made it makes this code's numbers (klue_tc/fingerprint.py),
+unless `results.reuse=any` says to take it anyway.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from klue_tc.checksums import require_checksum
 from klue_tc.config import RunConfig, keyed_settings
 from klue_tc.errors import DamagedFileError
 from klue_tc.files import atomic_write_text, exclusive_lock, link_or_copy, link_or_copy_tree
+from klue_tc.fingerprint import counts_for
 from klue_tc.records import CodeVersion, FoldPredictions, FoldResult
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def config_hash(
 ) -> str:
     """`pretrain_inputs`: a hash of what the pretraining corpus reads besides the training titles."""
     settings = keyed_settings(run)
-    if run.pretrain.objective == "none":
+    if not run.pretrain.active:
         settings.pop("pretrain")  # the key every record made before pretraining existed has
     payload = {"config": settings, "data": data_fingerprint, "precision": precision}
     if tokenizer_identity:
@@ -110,7 +111,7 @@ class ResultsStore:
 
     def find(self, key: str, fold: int, code: CodeVersion, reuse_any: bool) -> Lookup:
         record = self.read(key, fold)
-        if record is None or record.code == code:
+        if record is None or counts_for(record.code, code):
             return Lookup(record)
         if reuse_any:
             return Lookup(record, reused_other_code=True)

@@ -89,7 +89,7 @@ def start_job(cfg: DictConfig) -> JobContext:
     names = inputs.train.label_names
     labels = "" if names == LABEL_NAMES else f"; {len(names)} labels: {', '.join(names)}"
     log.info("training data: %d titles from %s%s", len(inputs.train), inputs.train.source, labels)
-    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.objective != "none" else None
+    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.active else None
     return resolve_job(run, resolved, run_dir, inputs, store, clock, sources)
 
 
@@ -218,14 +218,15 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     line and its own W&B run in the job's group."""
     from klue_tc.corpus import fold_corpus
     from klue_tc.loggers import finish_wandb_run, open_wandb_run
-    from klue_tc.pretraining import LOSS_NAMES, ensure_pretrained, pretrained_key, store_for
+    from klue_tc.objectives import objective
+    from klue_tc.pretraining import ensure_pretrained, pretrained_key, store_for
     from klue_tc.progress import PretrainLine
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
     key = pretrained_key(run, job.device, corpus, identity)
     store = store_for(run, job.store.root, key)
-    line, wandb_run = PretrainLine(loss_name=LOSS_NAMES[run.pretrain.objective]), None
+    line, wandb_run = PretrainLine(loss_name=objective(run.pretrain.objective).loss_name), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}
         name = f"{run.experiment}-pretrain-{key}"

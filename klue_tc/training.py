@@ -1,8 +1,7 @@
 """One fold: fit (or load) its tokenizer, encode, train with Lightning, return its `FoldResult`.
 
-This module and what it imports from klue_tc make the numbers: their source is the code fingerprint
-in the results key (klue_tc/fingerprint.py). What only watches training (progress lines, W&B) comes
-in as extra callbacks from the caller.
+One of the numeric modules whose code is the code version in the results key (klue_tc/fingerprint.py).
+What only watches training (progress lines, W&B) comes in as extra callbacks from the caller.
 """
 
 from __future__ import annotations

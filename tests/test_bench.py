@@ -601,7 +601,7 @@ def test_flops_of_a_step_count_the_titles_widths_and_the_heads_rows(tmp_path):
     from benchmarks.flops import TRAIN_STEP_FACTOR, classifier_step_flops, masked_lm_step_flops
     from benchmarks.worker import compose_run
     from klue_tc.models import build_classifier
-    from klue_tc.pretraining import new_masked_lm
+    from klue_tc.objectives.mlm import MaskedLM
     from klue_tc.tokenizers import fit_tokenizer
 
     run = compose_run(["+experiment=trans_blstm", "encoder.d_model=32", "encoder.heads=2", "head.hidden=32"])
@@ -612,7 +612,7 @@ def test_flops_of_a_step_count_the_titles_widths_and_the_heads_rows(tmp_path):
     assert one > 0 and classifier_step_flops(classifier, Counter({12: 3, 20: 2}), 7) == pytest.approx(
         3 * one + 2 * classifier_step_flops(classifier, Counter({20: 1}), 7)
     )
-    mlm = new_masked_lm(run, tokenizer)
+    mlm = MaskedLM.model(run, tokenizer)
     no_rows = masked_lm_step_flops(mlm, Counter({12: 4}), 0, 7)
     d, vocab = 32, tokenizer.vocab_size
     # Every head row: the dense transform and the tied vocabulary projection, 2 FLOPs a multiply-add.

@@ -190,3 +190,21 @@ def grid_with_a_stalled_pretraining(seed: int = 3) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def test_every_pretraining_objective_in_the_grid_is_judged_against_scratch_under_its_own_id():
+    """(vii) is not keyed on mlm: with one objective it is `vii`, with several each is `vii.<objective>`."""
+    from klue_tc.report.interactions import interactions
+
+    one = grid_with_a_stalled_pretraining()
+    assert "(vii) Does self-pretraining (mlm) help (all encoders; mlm − none)?" in {
+        c.statement for c in judge_claims(one) if c.id == "vii"
+    }
+    toy = one[one["pretrain"] == "mlm"].assign(
+        pretrain="toy", config_hash=lambda f: f["config_hash"] + "-toy", f1=lambda f: f["f1"] + 0.05
+    )
+    claims = {c.id: c for c in judge_claims(pd.concat([one, toy], ignore_index=True))}
+    assert "vii" not in claims and {"vii.mlm", "vii.toy", "vii.toy.cnn"} <= set(claims)
+    assert claims["vii.toy"].difference > claims["vii.mlm"].difference + 0.04
+    table = interactions(pd.concat([one, toy], ignore_index=True))
+    assert {"mlm − none, cnn", "toy − none, cnn"} <= set(table["comparison"])

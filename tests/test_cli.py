@@ -9,8 +9,11 @@ import pytest
 
 from conftest import EXPERIMENTS, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_in_process, run_python
+from klue_tc.config import NO_PRETRAINING
 from klue_tc.data import LABEL_NAMES
-from klue_tc.registry import ENCODERS
+from klue_tc.registry import ENCODERS, OBJECTIVES
+
+PRETRAIN_CHOICES = [NO_PRETRAINING, *OBJECTIVES.names()]
 
 
 def wandb_run_files(run_dir: Path) -> list[bytes]:
@@ -127,6 +130,11 @@ def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
             "error: unknown config key tokenizer.sampling_alpha: "
             "only tokenizer=sentencepiece or kobert has sampling_alpha",
         ),
+        (
+            "pretrain=mlm pretrain.electra.generator_layers=2",
+            "error: unknown config key pretrain.electra.generator_layers: only pretrain=electra has electra",
+        ),
+        ("pretrain=bert", f"error: unknown choice pretrain=bert; valid choices: {', '.join(sorted(PRETRAIN_CHOICES))}"),
     ],
 )
 def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, expected):

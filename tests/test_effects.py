@@ -36,6 +36,7 @@ def synthetic_folds(
                     "ln": ln,
                     "head": HEADS[encoder],
                     "layers": layers,
+                    "pretrain": "none",  # as the report's loading gives every record (from scratch)
                     "fold": fold,
                     metric: 0.7 + fold_shift[fold] + planted(encoder, ln, layers, tokenizer) + rng.normal(0, noise),
                 }

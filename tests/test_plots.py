@@ -15,7 +15,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def summary_of(folds: pd.DataFrame) -> pd.DataFrame:
     return (
-        folds.groupby(["tokenizer", "encoder", "ln", "head", "layers"], sort=False)
+        folds.groupby(["tokenizer", "encoder", "ln", "head", "layers", "pretrain"], sort=False)
         .agg(f1_mean=("f1", "mean"), f1_std=("f1", "std"), folds=("fold", "nunique"))
         .reset_index()
     )

@@ -89,6 +89,7 @@ def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monk
     job_log = logging.getLogger("klue_tc")  # as a job sets it up (an earlier test's Hydra run may have disabled it)
     for attribute, value in (("level", logging.INFO), ("disabled", False), ("propagate", True)):
         monkeypatch.setattr(job_log, attribute, value)
+    job_log.setLevel(logging.INFO)  # as well: it clears the loggers' cached levels, which an earlier job's run filled
     bar = EpochProgressBar(refresh_rate=1, console_kwargs={"force_terminal": True, "file": terminal, "width": 200})
     try:
         cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="rich")

@@ -205,7 +205,7 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
                 val_size=49,
                 checkpoint=None,
                 tokenizer_dir="",
-                code=code_version(),
+                code=code_version(run),
             ),
         )
         expected.setdefault((run.encoder.name, run.encoder.layers), []).append(f1)

@@ -5,10 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from conftest import TINY_MODEL, make_headlines, write_tsv
+from conftest import EXPERIMENTS, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
 
-EXPERIMENTS = ["transformer", "transformer_pre_ln", "trans_blstm", "trans_blstm_parallel", "cnn"]
 CONTRACT_KEYS = {
     "experiment",
     "encoder",

@@ -13,11 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli, run_in_process
 from klue_tc import fingerprint
-from klue_tc.records import CodeVersion
+from klue_tc.config import validate
+from klue_tc.fingerprint import Choices
+from klue_tc.records import FROM_SCRATCH, RECORD_SCHEMA, SELECTED_ON_SCORED_FOLD, CodeVersion, FoldResult
+from klue_tc.registry import ENCODERS, OBJECTIVES
+from klue_tc.results import ResultsStore
 
 
 def tiny_job(tmp_path: Path, data: Path, *extra: str) -> list[str]:
@@ -37,6 +42,9 @@ def tiny_job(tmp_path: Path, data: Path, *extra: str) -> list[str]:
 
 # --- the code fingerprint ---------------------------------------------------------------------------
 
+SCRATCH = [Choices("mecab", encoder, "cls") for encoder in ENCODERS.names()]
+PRETRAINED = [Choices("mecab", "transformer", "cls", objective) for objective in OBJECTIVES.names()]
+
 
 @pytest.fixture
 def package_copy(tmp_path: Path) -> Path:
@@ -45,8 +53,13 @@ def package_copy(tmp_path: Path) -> Path:
     return root
 
 
-def fingerprint_of(root: Path) -> str:
-    return fingerprint.source_fingerprint(fingerprint.training_sources(root=root), root)
+def versions_of(root: Path) -> dict[Choices, str]:
+    """The code version of each configuration, read from the package at `root`."""
+    return {c: fingerprint.source_fingerprint(fingerprint.numeric_sources(c, root), root) for c in SCRATCH + PRETRAINED}
+
+
+def changed(before: dict[Choices, str], after: dict[Choices, str]) -> set[Choices]:
+    return {c for c in before if before[c] != after[c]}
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -55,40 +68,119 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
-def test_the_fingerprint_covers_the_training_code_and_nothing_else(package_copy: Path):
-    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
-    assert {
-        "training.py",
-        "module.py",
-        "data.py",
-        "models/blocks.py",
-        "models/encoders/cnn.py",
-        "tokenizers/mecab.py",
-        "datamodule.py",
-        "config.py",
-    } <= names
-    assert not names & {"write.py", "run.py", "predict.py", "loggers.py", "cli_errors.py", "progress.py"}
+def test_the_code_version_covers_the_numeric_modules_and_the_chosen_variants_only():
+    def names(choices: Choices) -> set[str]:
+        return {str(p.relative_to(fingerprint.PACKAGE_ROOT)) for p in fingerprint.numeric_sources(choices)}
 
-    before = fingerprint_of(package_copy)
+    cnn = names(Choices("mecab", "cnn", "cls"))
+    assert {"data.py", "training.py", "module.py", "models/blocks.py", "tokenizers/mecab.py"} <= cnn
+    assert {"models/encoders/cnn.py", "models/encoders/transformer.py"} <= cnn  # cnn's config extends it
+    elsewhere = {"run.py", "report/loading.py", "cli_errors.py", "files.py", "config.py", "fingerprint.py"}
+    other_variants = {"models/encoders/trans_blstm.py", "tokenizers/sentencepiece.py", "objectives/mlm.py"}
+    assert not cnn & (elsewhere | other_variants | {"pretraining.py", "corpus.py"})
+    electra = names(Choices("mecab", "trans_blstm", "blstm", "electra"))
+    assert {"pretraining.py", "objectives/electra.py", "models/replaced_token_detection.py"} <= electra
+    assert "models/encoders/transformer.py" in electra  # its generator is a Transformer
+    assert "objectives/mlm.py" not in electra
+    assert fingerprint.unplaced_modules() == []
+
+
+def test_log_lines_messages_the_report_and_other_variants_keep_every_code_version(package_copy: Path):
+    before = versions_of(package_copy)
+    training, data = package_copy / "training.py", package_copy / "data.py"
+    edit(training, '"fold %d diverged: %s; its record', '"fold %d stopped: its loss diverged (%s); its record')
+    edit(training, "    diverged = fit(", '    log.info("fold %d: training", fold)\n    diverged = fit(')
+    edit(data, 'f"{name}: damaged {codec.upper()} text at byte', 'f"{name}: broken {codec.upper()} text at byte')
     edit(package_copy / "report" / "loading.py", "def fold_frame", "def fold_frame_renamed")
+    edit(package_copy / "cli_errors.py", "did you mean", "perhaps")
     edit(package_copy / "models" / "blocks.py", '"""Sub-layers of the encoder', '"""The sub-layers of the encoder')
     edit(package_copy / "models" / "blocks.py", "# On CPU, SDPA's", "#   On CPU, SDPA's")
-    assert fingerprint_of(package_copy) == before  # the report, a docstring and a comment: the same numbers
+    assert versions_of(package_copy) == before
+
     edit(
-        package_copy / "models" / "blocks.py",
-        "return self.norm(x + self.drop(self.sublayer(x, padding)))",
-        "return self.norm(x + 0.5 * self.drop(self.sublayer(x, padding)))",
+        package_copy / "models" / "encoders" / "trans_blstm.py",
+        "BLSTMSublayer(cfg.d_model)",
+        "BLSTMSublayer(cfg.d_model * 2)",
     )
-    assert fingerprint_of(package_copy) != before  # one line of model code: other numbers
+    assert changed(before, versions_of(package_copy)) == {Choices("mecab", "trans_blstm", "cls")}
+    before = versions_of(package_copy)
+    edit(package_copy / "pretraining.py", "CLIP_NORM = 1.0", "CLIP_NORM = 0.5")
+    assert changed(before, versions_of(package_copy)) == set(PRETRAINED)  # from scratch: no pretraining ran
 
 
-def test_a_type_only_import_is_not_followed_into_the_fingerprint(package_copy: Path):
-    """The job context names the results store's type for annotations: the store is no training code."""
-    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
-    assert "job_context.py" in names and not names & {"results.py", "preflight.py", "job_setup.py"}
-    edit(package_copy / "job_context.py", "if TYPE_CHECKING:", "if True:")
-    names = {str(p.relative_to(package_copy)) for p in fingerprint.training_sources(root=package_copy)}
-    assert {"results.py", "preflight.py"} <= names
+def test_changing_a_loss_changes_every_code_version(package_copy: Path):
+    before = versions_of(package_copy)
+    edit(package_copy / "module.py", "loss = self.loss(logits, batch", "loss = 1.01 * self.loss(logits, batch")
+    assert changed(before, versions_of(package_copy)) == set(before)
+
+
+def test_a_module_the_numeric_code_imports_must_be_placed(package_copy: Path):
+    (package_copy / "smoothing.py").write_text("FACTOR = 1.0\n")
+    edit(
+        package_copy / "module.py",
+        "from klue_tc.masking import",
+        "from klue_tc.smoothing import FACTOR\nfrom klue_tc.masking import",
+    )
+    assert fingerprint.unplaced_modules(package_copy) == ["smoothing.py"]
+
+
+def test_a_type_only_import_is_not_followed_into_a_variants_code(package_copy: Path):
+    cnn = package_copy / "models" / "encoders" / "cnn.py"
+    edit(
+        cnn,
+        "from klue_tc.registry import ENCODERS\n",
+        "from klue_tc.registry import ENCODERS\n\nif TYPE_CHECKING:\n"
+        "    from klue_tc.models.encoders import trans_blstm\n",
+    )
+    edit(cnn, "from dataclasses import", "from typing import TYPE_CHECKING\nfrom dataclasses import")
+    choice = Choices("mecab", "cnn", "cls")
+    files = {p.name for p in fingerprint.numeric_sources(choice, package_copy)}
+    assert "cnn.py" in files and "trans_blstm.py" not in files
+    edit(cnn, "if TYPE_CHECKING:", "if True:")
+    assert "trans_blstm.py" in {p.name for p in fingerprint.numeric_sources(choice, package_copy)}
+
+
+def test_the_studys_from_scratch_records_count_for_this_code(tmp_path):
+    """docs/study-pretrain's records were made by commit a50fd66; its from-scratch cells are made to
+    the last digit by this code (fingerprint.SAME_NUMBERS_AS), its pretrained ones are not."""
+    for path in sorted((REPO / "docs" / "study-pretrain" / "results").glob("*/fold0.json")):
+        record = FoldResult.load(path)
+        run = validate(OmegaConf.to_container(OmegaConf.load(path.parent / "config.yaml")))
+        code = fingerprint.code_version(run)
+        made_by = CodeVersion(record.code.fingerprint, code.versions)  # the libraries: this machine's
+        scratch = record.describe.pretrain == "none"
+        assert fingerprint.counts_for(made_by, code) == scratch, (
+            f"{path.parent.name} ({record.describe}): this code's version is {code.fingerprint}. Where the "
+            "pinned numbers (tests/test_pinned_numbers.py) did not move, the study's from-scratch records "
+            "still hold this code's numbers: add it to fingerprint.SAME_NUMBERS_AS"
+            if scratch
+            else f"{path.parent.name}: a pretrained record counts for this code"
+        )
+
+
+def test_a_record_of_older_code_reads_as_this_schema(tmp_path):
+    """docs/study's records predate self-pretraining and the inner split: read, they say so in this
+    schema's terms (from scratch, chosen on the scored fold); a record saved now names its schema."""
+    (path,) = sorted((REPO / "docs" / "study" / "results").glob("*/fold0.json"))[:1]
+    assert "schema" not in json.loads(path.read_text())
+    record = FoldResult.load(path)
+    assert record.schema == RECORD_SCHEMA and record.describe.pretrain == FROM_SCRATCH
+    assert record.selected_on == SELECTED_ON_SCORED_FOLD and record.inner_f1 is None
+    record.save(tmp_path / "fold0.json")
+    assert json.loads((tmp_path / "fold0.json").read_text())["schema"] == RECORD_SCHEMA
+    assert FoldResult.load(tmp_path / "fold0.json") == record
+
+
+@pytest.mark.parametrize("cell, found", [("a4558ebfc128", True), ("1233b6f0303d", False)])
+def test_the_store_finds_the_studys_from_scratch_record_as_finished(tmp_path, cell, found):
+    """Transformer pre-LN 2 layers, fold 0: from scratch it is finished for this code; pretrained
+    (its encoder pretrained by the study's code, with other rounding) it trains again."""
+    shutil.copytree(REPO / "docs" / "study-pretrain" / "results" / cell, tmp_path / cell)
+    run = validate(OmegaConf.to_container(OmegaConf.load(tmp_path / cell / "config.yaml")))
+    made_by = FoldResult.load(tmp_path / cell / "fold0.json").code
+    code = CodeVersion(fingerprint.code_version(run).fingerprint, made_by.versions)
+    lookup = ResultsStore(tmp_path).find(cell, 0, code, reuse_any=False)
+    assert (lookup.record is not None) == found and not lookup.reused_other_code
 
 
 def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path, tiny_tsv, monkeypatch, caplog):
@@ -97,7 +189,7 @@ def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path,
     run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "first")
     first = json.loads((tmp_path / "first" / "metrics.json").read_text())
     other_code = CodeVersion("0123456789ab", fingerprint.library_versions())
-    monkeypatch.setattr(job_setup, "code_version", lambda: other_code)
+    monkeypatch.setattr(job_setup, "code_version", lambda run: other_code)
 
     with caplog.at_level("INFO"):
         run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "second")
@@ -105,7 +197,7 @@ def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path,
     second = json.loads((tmp_path / "second" / "metrics.json").read_text())
     assert second["folds"][0]["code"]["fingerprint"] == "0123456789ab" and not second["reused_folds"]
 
-    monkeypatch.setattr(job_setup, "code_version", lambda: CodeVersion("fedcba987654", {}))
+    monkeypatch.setattr(job_setup, "code_version", lambda run: CodeVersion("fedcba987654", {}))
     caplog.clear()
     with caplog.at_level("INFO"):
         run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0", "results.reuse=any"), tmp_path / "third")

@@ -20,7 +20,11 @@ from klue_tc.config import EncoderConfig
 from klue_tc.errors import ConfigError
 from klue_tc.registry import ENCODERS, Registry
 
-BUILT_IN_ENCODERS = ["transformer", "trans_blstm", "trans_blstm_parallel", "cnn"]
+
+def encoders_with(*added: str) -> list[str]:
+    """The registry's order with encoders `added`: the built-ins first, then every other by name."""
+    others = [name for name in ENCODERS.names() if name not in ENCODERS.built_ins]
+    return [*ENCODERS.built_ins, *sorted([*others, *added])]
 
 
 def readme_example() -> dict[str, str]:
@@ -68,8 +72,8 @@ def external_distribution(site: Path, module: str, variant: str) -> Path:
 PROBE = """
 import json
 from klue_tc.config import validate
-from klue_tc.fingerprint import code_version
-from klue_tc.registry import ENCODERS
+from klue_tc.fingerprint import Choices, version_of
+from klue_tc.registry import ENCODERS, OBJECTIVES
 from klue_tc.report.summary import study_order
 from klue_tc.sweeps import compose_sweep, sweep_jobs
 
@@ -81,7 +85,10 @@ print(json.dumps({
     "experiments": {
         name: sorted({o for job in js for o in job if o.startswith("+experiment=")}) for name, js in jobs.items()
     },
-    "fingerprint": code_version().fingerprint,
+    "versions": {
+        **{e: version_of(Choices("mecab", e, "cls")).fingerprint for e in ENCODERS.names()},
+        **{o: version_of(Choices("mecab", "transformer", "cls", o)).fingerprint for o in OBJECTIVES.names()},
+    },
 }))
 """
 
@@ -107,8 +114,8 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
     plain = probe(copy_repo(tmp_path / "plain"))
     gated = probe(repo_with_gated)
 
-    assert plain["encoders"] == BUILT_IN_ENCODERS
-    assert gated["encoders"] == gated["report_order"] == [*BUILT_IN_ENCODERS, "gated"]
+    assert plain["encoders"] == encoders_with()
+    assert gated["encoders"] == gated["report_order"] == encoders_with("gated")
     every = [f"+experiment={e}" for e in sorted([*EXPERIMENTS, "gated"])]
     assert gated["experiments"]["full"] == every
     assert (
@@ -117,7 +124,9 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
         == [e for e in every if e != "+experiment=transformer_pre_ln"]
     )
     assert gated["experiments"]["smoke"] == plain["experiments"]["smoke"]  # two named experiments
-    assert gated["fingerprint"] != plain["fingerprint"]  # its code is in the results key
+    # Its code is in its own results key, and in no other: every record of the others stays valid.
+    assert gated["versions"] == {**plain["versions"], "gated": gated["versions"]["gated"]}
+    assert gated["versions"]["gated"] != plain["versions"]["transformer"]
     assert gated["composed"]["+experiment=gated"] == "gated"  # the experiment composes and validates
 
     done = run(repo_with_gated, ["-m", "klue_tc", "+experiment=bert"])
@@ -129,11 +138,13 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
 def test_variants_from_entry_points_come_after_the_built_ins_sorted_and_are_fingerprinted(tmp_path, repo_with_gated):
     site = tmp_path / "site"
     module = external_distribution(site, "zeta_encoders", "a_external")
-    first = probe(repo_with_gated, [site], VARIANTS_PROBE)
-    assert first["encoders"] == [*BUILT_IN_ENCODERS, "a_external", "gated"]  # not in import order
+    first = probe(repo_with_gated, [site])
+    assert first["encoders"] == encoders_with("a_external", "gated")  # not in import order
 
     module.write_text(module.read_text().replace("ffn_dim: int = 512", "ffn_dim: int = 384"))
-    assert probe(repo_with_gated, [site], VARIANTS_PROBE)["fingerprint"] != first["fingerprint"]  # no stale records
+    edited = probe(repo_with_gated, [site])["versions"]
+    assert edited["a_external"] != first["versions"]["a_external"]  # no stale records of it
+    assert edited == {**first["versions"], "a_external": edited["a_external"]}  # nor a retrained other
 
 
 def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_path):
@@ -237,3 +248,101 @@ def test_the_readmes_configuration_table_lists_the_registrys_built_ins():
     for group, registry in VARIANT_GROUPS.items():
         assert listed(group) == list(registry.built_ins), group
     assert set(listed("+experiment")) <= set(EXPERIMENTS) and set(ENCODERS.built_ins) <= set(listed("+experiment"))
+
+
+# A toy objective, as a user would add one: its config key, its own corruption (neighbours swapped
+# in), its model and loss (which tokens were swapped) and its loss's name.
+TOY_OBJECTIVE = """
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from klue_tc.config import PretrainConfig
+from klue_tc.masking import pick_tokens
+from klue_tc.objectives import Objective, classifier_encoder
+from klue_tc.registry import OBJECTIVES
+
+
+@dataclass
+class SwapConfig(PretrainConfig):
+    swap_p: float = 0.2  # share of the real tokens that show their left neighbour instead
+
+
+class SwapDetector(nn.Module):
+    def __init__(self, encoder, pad_id):
+        super().__init__()
+        self.encoder, self.pad_id = encoder, pad_id
+        self.detector = nn.Linear(encoder.embeddings.tokens.embedding_dim, 1)
+
+    def forward(self, shown, original, picked, rng=None):
+        states = self.encoder(shown, shown.eq(self.pad_id))
+        real = original.ne(self.pad_id)
+        logits = self.detector(states).squeeze(-1)
+        return F.binary_cross_entropy_with_logits(logits[real], picked[real].float())
+
+
+@OBJECTIVES.register("swap", SwapConfig)
+class Swap(Objective):
+    loss_name = "swap loss"
+
+    @classmethod
+    def model(cls, run, tokenizer):
+        return SwapDetector(classifier_encoder(run, tokenizer), tokenizer.specials.pad)
+
+    @classmethod
+    def corruption(cls, cfg, tokenizer, device):
+        def corrupt(original, generator):
+            picked = pick_tokens(original, tokenizer.specials, cfg.swap_p, 0, generator)
+            return torch.where(picked, original.roll(1, dims=1), original), picked
+
+        return corrupt
+"""
+
+
+@pytest.mark.slow
+def test_an_objective_is_one_module_and_pretrains_through_the_command_line(tmp_path, headlines_tsv):
+    root = copy_repo(tmp_path / "repo")
+    (root / "klue_tc" / "objectives" / "swap.py").write_text(TOY_OBJECTIVE, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    tiny = [f"data.path={headlines_tsv}", "cv.folds=2", "cv.fold=0", "trainer.max_epochs=1", "logger=none"]
+    pretraining = ["pretrain=swap", "pretrain.swap_p=0.3", "pretrain.max_steps=3", "pretrain.batch_size=16"]
+    args = ["-m", "klue_tc", "+experiment=transformer", *pretraining, f"hydra.run.dir={run_dir}", *tiny, *TINY_MODEL]
+    done = run(root, args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "swap loss" in done.stdout + done.stderr  # the pretraining's progress line names its loss
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    (fold,) = metrics["folds"]
+    assert metrics["pretrain"] == "swap" and fold["pretrained"]["objective"] == "swap"
+    assert fold["pretrained"]["steps"] == 3 and 0.0 <= fold["f1"] <= 1.0
+    assert "swap_p: 0.3" in (run_dir / "config.yaml").read_text()
+
+    done = run(root, ["-m", "klue_tc", "+experiment=transformer", "pretrain=mlm", "pretrain.swap_p=0.3"])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: unknown config key pretrain.swap_p: only pretrain=swap has swap_p"
+    ]
+
+
+@pytest.mark.parametrize(
+    "build, config, missing",
+    [
+        (object, "PretrainConfig", "register a subclass of klue_tc.objectives.Objective"),
+        ("Objective", "EncoderConfig", "its config must subclass klue_tc.config.PretrainConfig"),
+        ("Objective", "PretrainConfig", "set loss_name"),
+        ("Named", "PretrainConfig", "define model(run, tokenizer)"),
+    ],
+)
+def test_the_objective_contract_is_checked_at_registration(build, config, missing):
+    from klue_tc import config as schemas
+    from klue_tc.objectives import Objective
+
+    class Named(Objective):
+        loss_name = "named loss"
+
+    builds = {"Objective": type("Bare", (Objective,), {}), "Named": Named}
+    registry = Registry("objective", "klue_tc.objectives", (), check="klue_tc.objectives:check_objective_variant")
+    with pytest.raises(ConfigError, match=re.escape(missing)):
+        registry.register("odd", getattr(schemas, config))(builds.get(build, build))
+    assert "odd" not in registry._variants

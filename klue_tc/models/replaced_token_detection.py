@@ -6,17 +6,21 @@ so what the encoder learns about tokens serves both; only the encoder is kept af
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from klue_tc.config import ElectraConfig, EncoderConfig
+from klue_tc.config import EncoderConfig
 from klue_tc.masking import any_of
 from klue_tc.models.encoder import Encoder
+from klue_tc.models.encoders.transformer import TransformerConfig
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead
-from klue_tc.registry import ENCODERS
 from klue_tc.tokenizers import SpecialIds
+
+if TYPE_CHECKING:  # its settings' type only: the objective's module imports this one
+    from klue_tc.objectives.electra import ElectraConfig
 
 GENERATOR_ENCODER = "transformer"  # the generator is a Transformer whatever the encoder is, as in ELECTRA
 
@@ -43,7 +47,7 @@ def generator_config(encoder: EncoderConfig, cfg: ElectraConfig) -> EncoderConfi
         heads -= 1
     ffn = getattr(encoder, "ffn_dim", 2 * encoder.d_model)
     shared = {name: getattr(encoder, name) for name in ("ln", "dropout", "attention_dropout", "positions")}
-    base = ENCODERS[GENERATOR_ENCODER].config(name=GENERATOR_ENCODER)
+    base = TransformerConfig(name=GENERATOR_ENCODER)
     return replace(
         base,
         **shared,

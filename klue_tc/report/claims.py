@@ -19,6 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.effects import REFERENCES, Effect
 from klue_tc.report.grid_model import (
     CONFIDENCE,
@@ -35,7 +36,6 @@ NEGLIGIBLE = 0.01  # one point of macro-F1: a gain this small would not change w
 BLSTM = ("trans_blstm", "trans_blstm_parallel")
 SHALLOW, DEEP = (2, 3, 4), (5, 6)
 METRIC_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
-PRETRAINED = "mlm"
 
 
 @dataclass(frozen=True)
@@ -230,20 +230,30 @@ def more_layers_help(grid: Grid) -> list[Claim]:
 
 
 def pretraining_helps(grid: Grid) -> list[Claim]:
-    """(vii) Does self-pretraining help (mlm − none), over the grid and per encoder?"""
-    if not {PRETRAINED, "none"} <= set(grid.levels("pretrain")):
-        return []
-    encoders = [e for e in grid.levels("encoder") if grid.difference("pretrain", PRETRAINED, "none", encoder=e).cells]
+    """(vii) Does self-pretraining help (each objective − none), over the grid and per encoder? With
+    several objectives in the grid, each is judged under an id of its own (vii.<objective>)."""
+    levels = grid.levels("pretrain")
+    objectives = [p for p in levels if p != FROM_SCRATCH] if FROM_SCRATCH in levels else []
+    claims = []
+    for objective in objectives:
+        claims += objective_helps(grid, objective, "vii" if len(objectives) == 1 else f"vii.{objective}")
+    return claims
+
+
+def objective_helps(grid: Grid, objective: str, id: str) -> list[Claim]:
+    encoders = [
+        e for e in grid.levels("encoder") if grid.difference("pretrain", objective, FROM_SCRATCH, encoder=e).cells
+    ]
     each = family_confidence(len(encoders))
     claims = []
-    for id, scope in [("vii", None), *([(f"vii.{e}", e) for e in encoders] if len(encoders) > 1 else [])]:
+    for claim_id, scope in [(id, None), *([(f"{id}.{e}", e) for e in encoders] if len(encoders) > 1 else [])]:
         effect = (
-            grid.difference("pretrain", PRETRAINED, "none")
+            grid.difference("pretrain", objective, FROM_SCRATCH)
             if scope is None
-            else grid.difference("pretrain", PRETRAINED, "none", each, encoder=scope)
+            else grid.difference("pretrain", objective, FROM_SCRATCH, each, encoder=scope)
         )
-        statement = f"(vii) Does self-pretraining ({PRETRAINED}) help ({scope or 'all encoders'}; {PRETRAINED} − none)?"
-        claims.append(_claim(id, statement, _helps(effect), [effect]))
+        statement = f"(vii) Does self-pretraining ({objective}) help ({scope or 'all encoders'}; {objective} − none)?"
+        claims.append(_claim(claim_id, statement, _helps(effect), [effect]))
     return claims
 
 

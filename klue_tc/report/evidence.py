@@ -111,7 +111,7 @@ QUESTIONS = [
     Question(
         "vii",
         "encoders with and without self-pretraining",
-        lambda f: "pretrain" in f and f["pretrain"].nunique() > 1,
+        lambda f: f["pretrain"].nunique() > 1,
         lambda f: f["pretrain"] == "none",
         "the encoders trained from scratch",
         factor="pretrain",

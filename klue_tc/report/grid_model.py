@@ -267,8 +267,6 @@ class Grid:
 
     def __init__(self, folds: pd.DataFrame, metric: str = "f1"):
         self.metric = metric
-        if "pretrain" not in folds and len(folds):
-            folds = folds.assign(pretrain="none")
         self.fit = fit_grid(folds, metric)
         self.cells = self.fit.cells if self.fit is not None else pd.DataFrame(columns=[*FACTORS, "folds"])
 

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.claims import METRIC_TITLES
 from klue_tc.report.effects import REFERENCES, title_interval
 from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, MatchedSets, family_confidence, matched_sets
@@ -42,7 +43,6 @@ INTERACTION_COLUMNS = [
     "exclusion",  # "declared": computed under the declared exclusion rules; "none": on every configuration
 ]
 SIMPLE, INTERACTION = "simple effect", "interaction"
-PRETRAINED = "mlm"  # the objective the pretraining study's grid uses
 
 
 LN_BY_LAYERS, LN_BY_ENCODER, PRETRAIN_BY_ENCODER = "LN × layers", "LN × encoder", "pretrain × encoder"
@@ -130,7 +130,12 @@ def interaction_rows(grid: Grid) -> list[Row]:
     return [
         *ln_by_layers(grid),
         *by_encoder(grid, "ln", "pre", "post", LN_BY_ENCODER),
-        *by_encoder(grid, "pretrain", PRETRAINED, "none", PRETRAIN_BY_ENCODER),
+        *[
+            row
+            for objective in grid.levels("pretrain")
+            if objective != FROM_SCRATCH
+            for row in by_encoder(grid, "pretrain", objective, FROM_SCRATCH, PRETRAIN_BY_ENCODER)
+        ],
     ]
 
 

@@ -24,8 +24,8 @@ from klue_tc.records import FoldResult, RunResult
 log = logging.getLogger(__name__)
 
 DESCRIBE = ["tokenizer", "encoder", "ln", "head", "layers"]
-# What names a cell of the grid: the table's columns and the encoder's starting point (records of
-# code before self-pretraining lack the field, and started from scratch).
+# What names a cell of the grid: the table's columns and the encoder's starting point (every record
+# has one: klue_tc.records reads older records, made before self-pretraining, as from scratch).
 GRID = [*DESCRIBE, "pretrain"]
 # Hydra's Optuna sweeper writes the study's best trial here, in the sweep directory.
 OPTUNA_RESULTS = "optimization_results.yaml"

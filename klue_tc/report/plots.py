@@ -135,7 +135,7 @@ def design_legend(
         Line2D([], [], color="black", linestyle=LN_LINESTYLES.get(ln, ":"), label=f"{ln}-LN")
         for ln in dict.fromkeys(frame["ln"])
     ]
-    pretrains = list(dict.fromkeys(frame["pretrain"])) if "pretrain" in frame else []
+    pretrains = list(dict.fromkeys(frame["pretrain"]))
     if len(pretrains) > 1:
         handles += [
             Line2D(
@@ -159,7 +159,7 @@ def row_parts(summary: pd.DataFrame) -> list[str]:
     pretrain when it holds more than one starting point."""
     several_heads = summary.groupby("encoder")["head"].nunique().max() > 1
     parts = ["encoder", "ln", "head"] if several_heads else ["encoder", "ln"]
-    return parts + (["pretrain"] if "pretrain" in summary and summary["pretrain"].nunique() > 1 else [])
+    return parts + (["pretrain"] if summary["pretrain"].nunique() > 1 else [])
 
 
 def row_labels(summary: pd.DataFrame) -> pd.Series:
@@ -196,16 +196,15 @@ def plot_f1_by_layers(
     tokenizers = list(dict.fromkeys(summary["tokenizer"]))
     fig = Figure(figsize=(5 * len(tokenizers) + 1.5, 4), layout="constrained")
     axes = fig.subplots(1, len(tokenizers), sharex=True, sharey=True, squeeze=False)[0]
-    frame = summary if "pretrain" in summary else summary.assign(pretrain="none")
     design = ["encoder", "ln", "head", "pretrain"]
-    several_heads = frame.groupby("encoder")["head"].nunique().max() > 1
+    several_heads = summary.groupby("encoder")["head"].nunique().max() > 1
     key = "f1" if value == "f1_mean" else value
     second = SECOND_LINES.get(value, ("",))[0]
-    second = second if second in frame and frame[second].notna().any() else None
+    second = second if second in summary and summary[second].notna().any() else None
     lines = [b[key] for b in baselines if pd.notna(b.get(key))]
-    low, high = f1_limits(frame[value], frame[spread], [*lines, *(frame[second].dropna() if second else [])])
+    low, high = f1_limits(summary[value], summary[spread], [*lines, *(summary[second].dropna() if second else [])])
     for ax, tokenizer in zip(axes, tokenizers):
-        for (encoder, ln, head, pretrain), line in frame[frame.tokenizer == tokenizer].groupby(design, sort=False):
+        for (encoder, ln, head, pretrain), line in summary[summary.tokenizer == tokenizer].groupby(design, sort=False):
             line = line.sort_values("layers")
             style = design_style(encoder, ln, pretrain)
             if several_heads:  # a head is told by its marker, beyond what the legend keys
@@ -221,7 +220,7 @@ def plot_f1_by_layers(
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
     # One legend beside the panels, so that it covers no line and keys each style once.
-    design_legend(fig, frame, baseline_keys(baselines), [("fold ensemble", "x")] if second else [])
+    design_legend(fig, summary, baseline_keys(baselines), [("fold ensemble", "x")] if second else [])
     return save_figure(fig, path)
 
 

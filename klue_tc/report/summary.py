@@ -78,8 +78,7 @@ def per_configuration(folds: pd.DataFrame) -> pd.DataFrame:
     from klue_tc.report.grid_model import cell_intervals
 
     summary = (
-        folds.assign(pretrain=folds["pretrain"] if "pretrain" in folds else "none")
-        .groupby(["config_hash", *GRID], sort=False)
+        folds.groupby(["config_hash", *GRID], sort=False)
         .agg(
             f1_mean=("f1", "mean"),
             f1_std=("f1", "std"),
@@ -173,7 +172,7 @@ def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) ->
     cv.folds; without it, the most folds any configuration has): one line per table row and fold
     count, and how many configurations that is. With several pretraining objectives, each is a row
     of its own. A row no record has begun is listed too: a sweep stopped before it is not complete."""
-    if "pretrain" in summary and summary["pretrain"].nunique() > 1:
+    if summary["pretrain"].nunique() > 1:
         summary = summary.assign(ln=summary["ln"] + " / " + summary["pretrain"])
     rows = [(e, ln) for e in summary.encoder.unique() for ln in summary.ln.unique()]
     present = set(zip(summary.tokenizer, summary.encoder, summary.ln, summary.layers))

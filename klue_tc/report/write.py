@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from klue_tc.records import FoldResult
+from klue_tc.records import FROM_SCRATCH, FoldResult
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
@@ -92,16 +92,16 @@ def studies_side_by_side(
 
     parts = (
         [
-            (f"{level} ({'from scratch' if level == 'none' else 'pretrained'}), this grid", part, declared)
+            (f"{level} ({'from scratch' if level == FROM_SCRATCH else 'pretrained'}), this grid", part, declared)
             for level, part in folds.groupby("pretrain", sort=False)
         ]
         if "pretrain" in folds
         else []
     )
-    parts.sort(key=lambda item: not item[0].startswith("none"))
+    parts.sort(key=lambda item: not item[0].startswith(FROM_SCRATCH))
     if beside is not None:
         other = fold_frame(beside)
-        scratch = "pretrain" not in other or set(other["pretrain"]) == {"none"}
+        scratch = "pretrain" not in other or set(other["pretrain"]) == {FROM_SCRATCH}
         parts.insert(
             0, (f"{beside} ({'from scratch' if scratch else 'every record'})", other, declared_exclusions(beside))
         )
