@@ -44,27 +44,27 @@ TINY_PRETRAINING = ["pretrain.batch_size=16", "pretrain.max_steps=6", "pretrain.
 # Each built-in experiment (every built-in encoder with its head, post- and pre-LN), and the
 # default tokenizer: (overrides, (held-out macro-F1, inner-split macro-F1, checkpoint checksum)).
 PINNED_FOLDS = {
-    "transformer": (["+experiment=transformer"], (0.4116676392992183, 0.6190476417541504, 260.75146549453007)),
+    "transformer": (["+experiment=transformer"], (0.5965449337629789, 0.4523809552192688, 144.83120421479174)),
     "transformer_pre_ln": (
         ["+experiment=transformer_pre_ln"],
-        (0.5596213310499024, 0.4523809552192688, 300.1081781819169),
+        (0.5698031781882713, 0.6190476417541504, 176.99274919009494),
     ),
-    "trans_blstm": (["+experiment=trans_blstm"], (0.5905439388198008, 0.8095238208770752, 260.3125853075883)),
+    "trans_blstm": (["+experiment=trans_blstm"], (0.6273268398268398, 0.6190476417541504, 300.6641737228563)),
     "trans_blstm_parallel": (
         ["+experiment=trans_blstm_parallel"],
-        (0.6143376981886298, 0.4285714626312256, 100.76866344970007),
+        (0.6418016765842853, 0.8095238208770752, 171.6990144901726),
     ),
-    "cnn": (["+experiment=cnn"], (0.444668893198305, 0.523809552192688, 69.6020026594725)),
+    "cnn": (["+experiment=cnn"], (0.15162718578867646, 0.6190476417541504, 270.56651966118585)),
     "sentencepiece": (
         ["+experiment=transformer", "tokenizer=sentencepiece", "tokenizer.vocab_size=300"],
-        (0.2025885828941856, 0.15238095819950104, 203.60795006785207),
+        (0.20940550133096716, 0.1666666716337204, 210.2627806446889),
     ),
 }
 # Each built-in objective, the Transformer pretrained for 6 steps on the fold's training titles:
 # (pretraining's final loss, pretrained encoder checksum, held-out macro-F1, checkpoint checksum).
 PINNED_PRETRAINING = {
-    "mlm": (4.3040971755981445, 190.0525275049191, 0.27572620616098875, 213.7062324489916),
-    "electra": (32.26907730102539, 209.1915032531927, 0.3240622731305961, 261.7308627150586),
+    "mlm": (4.255630970001221, 200.66752021744009, 0.5855824945608228, 148.6005752269809),
+    "electra": (35.46785354614258, 195.83299516546705, 0.5449134199134199, 147.96773496834058),
 }
 
 
@@ -85,8 +85,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def distinct_titles(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first of each title's copies: KLUE YNAT has none, and copies change the fold assignment
+    (each title's copies are kept in one fold), which these pins are not about."""
+    seen: set[str] = set()
+    return [row for row in rows if not (row[1] in seen or seen.add(row[1]))]
+
+
 def train_tiny_fold(tmp_path: Path, *overrides: str) -> dict:
-    data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=16, seed=0))
+    data = write_tsv(tmp_path / "train.tsv", distinct_titles(make_headlines(per_class=16, seed=0)))
     run_dir = tmp_path / "run"
     run_in_process([f"data.path={data}", f"results.dir={tmp_path / 'results'}", *TINY_FOLD, *overrides], run_dir)
     (record,) = json.loads((run_dir / "metrics.json").read_text())["folds"]
