@@ -55,7 +55,7 @@ class LinearBaseline:
 
 
 TFIDF_SVM = LinearBaseline(
-    "TF-IDF char 1-3-grams + linear SVM",
+    "TF-IDF char_wb 1-3-grams + linear SVM",
     lambda: TfidfVectorizer(**CHAR_NGRAM_TFIDF, min_df=2),
     lambda c: LinearSVC(C=c),
     C_GRID,
@@ -64,7 +64,7 @@ TFIDF_SVM = LinearBaseline(
     short_name="tfidf-svm",
 )
 NB_SVM = LinearBaseline(
-    "NB-SVM, char 1-3-grams (Wang & Manning 2012)",
+    "NB-SVM, char_wb 1-3-grams (Wang & Manning 2012)",
     lambda: CountVectorizer(analyzer="char_wb", ngram_range=(1, 3), min_df=2, binary=True),
     lambda setting: NBSVM(C=setting[0], beta=setting[1]),
     NBSVM_GRID,

@@ -423,6 +423,9 @@ class PretrainConfig:
     include_scored_titles: bool = False
     dir: Optional[str] = outside_results_key(None)  # null: `pretrained` inside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
+    # The stall rule (klue_tc/pretraining_stall.py), for an objective whose loss the token-frequency
+    # entropy bounds (mlm); off by default, and in the keys only while on, so no key made before it moved.
+    stall: StallConfig = keyed_while_on(StallConfig)
 
     @property
     def active(self) -> bool:
@@ -455,6 +458,7 @@ class PretrainConfig:
             one_of("pretrain.schedule", self.schedule, ("cosine", "linear", "constant")),
             at_least("pretrain.batch_size", self.batch_size, 1),
             at_least("pretrain.save_every_steps", self.save_every_steps, 1),
+            *self.stall.checks(),
         ]
 
 

@@ -184,8 +184,8 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
     assert float(weak["weight"].iloc[0]) == 0.0  # the configuration that knows little is not chosen
     comparisons = table[table["role"] == "comparison"]
     assert set(comparisons["versus"]) >= {
-        "TF-IDF char 1-3-grams + linear SVM",
-        "NB-SVM, char 1-3-grams (Wang & Manning 2012)",
+        "TF-IDF char_wb 1-3-grams + linear SVM",
+        "NB-SVM, char_wb 1-3-grams (Wang & Manning 2012)",
     }
     assert (comparisons["difference_low"] <= comparisons["difference"]).all()
     assert (comparisons["difference"] <= comparisons["difference_high"]).all()

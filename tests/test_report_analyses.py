@@ -193,7 +193,7 @@ def test_a_moved_run_directory_is_compared_with_the_baselines_title_by_title(tra
     markdown = (moved / "report.md").read_text(encoding="utf-8")
     table = markdown.split("## Against the linear baselines")[1].split("\n## ")[0]
     assert "| best by CV − baseline | validation macro-F1 |" in table
-    assert "− TF-IDF char 1-3-grams + linear SVM | **" in table and "No paired comparison" not in table
+    assert "− TF-IDF char_wb 1-3-grams + linear SVM | **" in table and "No paired comparison" not in table
 
 
 def test_a_record_without_its_size_is_measured_from_its_config_as_training_measured_it(trained_store):

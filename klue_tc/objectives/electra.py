@@ -42,7 +42,12 @@ class ElectraPretrainConfig(PretrainConfig):
     electra: ElectraConfig = field(default_factory=ElectraConfig)
 
     def checks(self) -> list[Check]:
-        return [*super().checks(), *self.electra.checks()]
+        stall = (
+            not self.stall.on,
+            "pretrain.stall watches the masked-LM loss against the token-frequency entropy: it needs "
+            "pretrain=mlm (ELECTRA's loss adds the detection loss)",
+        )
+        return [*super().checks(), *self.electra.checks(), stall]
 
 
 @OBJECTIVES.register("electra", ElectraPretrainConfig)

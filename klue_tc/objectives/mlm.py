@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from klue_tc.config import Check, PretrainConfig, RunConfig, StallConfig, keyed_while_on
+from klue_tc.config import PretrainConfig, RunConfig
 from klue_tc.models.encoder import Encoder
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, MaskedLMHead
 from klue_tc.objectives import Objective, classifier_encoder
@@ -18,14 +18,7 @@ from klue_tc.tokenizers import Tokenizer
 
 @dataclass
 class MaskedLMConfig(PretrainConfig):
-    """The shared pretraining keys (klue_tc/config.py) and the stall rule, which reads the masked-LM
-    loss against the corpus's token-frequency entropy (klue_tc/pretraining_stall.py)."""
-
-    # Off by default, and in the keys only while on, so no key made before it moved.
-    stall: StallConfig = keyed_while_on(StallConfig)
-
-    def checks(self) -> list[Check]:
-        return [*super().checks(), *self.stall.checks()]
+    """The shared pretraining keys (klue_tc/config.py) and none of its own."""
 
 
 class MaskedLanguageModel(nn.Module):

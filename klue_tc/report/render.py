@@ -14,7 +14,7 @@ from klue_tc.report.loading import Recipe
 from klue_tc.report.summary import SharedCells
 
 METRICS = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
-BASELINE = "TF-IDF char 1-3-grams + linear SVM"
+BASELINE = "TF-IDF char_wb 1-3-grams + linear SVM"
 
 
 @dataclass
