@@ -68,7 +68,7 @@ def test_a_learnable_task_reaches_f1_well_above_chance(tmp_path):
         ),
         run_dir,
     )
-    assert cv_f1 > 0.8  # chance is 1/7
+    assert cv_f1 > 0.7  # chance is 1/7; a title's copies share a fold, so none is scored on a title it learnt
 
 
 def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
