@@ -7,20 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from klue_tc.records import FoldResult
 
 
 def named_stores(directory: Path) -> list[Path]:
     """The results stores outside `directory` that the runs' config.yaml below it name."""
+    from klue_tc.report.loading import read_config
+
     found = set()
     for path in sorted(directory.rglob("config.yaml")):
-        try:
-            config = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        named = (config.get("results") or {}).get("dir") if isinstance(config, dict) else None
+        config = read_config(path)
+        named = (config.get("results") or {}).get("dir") if config is not None else None
         if not isinstance(named, str):
             continue
         store = Path(named).expanduser().resolve()

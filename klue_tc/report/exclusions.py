@@ -76,11 +76,9 @@ class Declared:
 def read_declaration(path: Path) -> Optional[ExclusionConfig]:
     """A config.yaml's report.exclude, typed (the default, none, where it has no report section; None
     where the file is not a run's config)."""
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    if not (isinstance(config, dict) and isinstance(config.get("data"), dict) and isinstance(config.get("cv"), dict)):
+    from klue_tc.report.loading import run_config
+
+    if (config := run_config(path)) is None:
         return None
     report = config.get("report") or {}
     try:

@@ -187,13 +187,26 @@ def known_keys(schema: Any, values: Any) -> Any:
     return {k: known_keys(getattr(schema, k, None), v) for k, v in values.items() if k in names}
 
 
-def load_recipe(path: Path) -> Optional[Recipe]:
-    """A config.yaml's data, CV and trainer settings, typed by the schema (None: not a run's config)."""
+def read_config(path: Path) -> Optional[dict]:
+    """A config.yaml as written, None where it is unreadable or no mapping."""
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return None
-    if not (isinstance(config, dict) and isinstance(config.get("data"), dict) and isinstance(config.get("cv"), dict)):
+    return config if isinstance(config, dict) else None
+
+
+def run_config(path: Path) -> Optional[dict]:
+    """A run's config.yaml (one with data and cv sections), None where the file is not one."""
+    config = read_config(path)
+    if config is None or not (isinstance(config.get("data"), dict) and isinstance(config.get("cv"), dict)):
+        return None
+    return config
+
+
+def load_recipe(path: Path) -> Optional[Recipe]:
+    """A config.yaml's data, CV and trainer settings, typed by the schema (None: not a run's config)."""
+    if (config := run_config(path)) is None:
         return None
     schema = OmegaConf.structured(Recipe)
     try:

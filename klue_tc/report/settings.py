@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from klue_tc.config import CVConfig, DataConfig, RunConfig, TrainerConfig, keyed_settings
 from klue_tc.errors import KlueTcError
+from klue_tc.report.loading import read_config
 
 SHARED_SECTIONS = {"data": DataConfig(), "cv": CVConfig(), "trainer": TrainerConfig()}
 
@@ -45,15 +44,8 @@ def configs_by_key(directory: Path) -> dict[str, dict]:
         found[key] = path.parent / "config.yaml"
     for path in sorted(directory.rglob("fold*.json")):
         found.setdefault(path.parent.name, path.parent / "config.yaml")
-    configs = {}
-    for key, path in found.items():
-        try:
-            config = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(config, dict):
-            configs[key] = config
-    return configs
+    configs = {key: read_config(path) for key, path in found.items()}
+    return {key: config for key, config in configs.items() if config is not None}
 
 
 def differing_settings(configs: Iterable[dict]) -> dict[str, list[str]]:
