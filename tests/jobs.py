@@ -11,8 +11,24 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-from conftest import REPO
+from conftest import REPO, TINY_MODEL
 from klue_tc.config import register_schemas
+
+
+def one_tiny_fold(data: Path, results: Path, *extra: str) -> list[str]:
+    """Fold 0 of 2, one epoch of a one-layer tiny Transformer: the job a test trains to look at what
+    it writes."""
+    return [
+        "+experiment=transformer",
+        f"data.path={data}",
+        "cv.folds=2",
+        "cv.fold=0",
+        "trainer.max_epochs=1",
+        "encoder.layers=1",
+        f"results.dir={results}",
+        *TINY_MODEL,
+        *extra,
+    ]
 
 
 def compose_job(overrides: list[str], run_dir: Path):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_MODEL, make_headlines
-from jobs import run_in_process
+from conftest import make_headlines
+from jobs import one_tiny_fold, run_in_process
 from klue_tc.errors import DamagedFileError
 
 
@@ -43,17 +43,7 @@ def warnings_of(caplog) -> list[str]:
 
 
 def tiny_job(tmp_path: Path, data: Path) -> list[str]:
-    return [
-        "+experiment=transformer",
-        f"data.path={data}",
-        "cv.folds=2",
-        "cv.fold=0",
-        "trainer.max_epochs=1",
-        "encoder.layers=1",
-        f"results.dir={tmp_path / 'results'}",
-        "logger=none",
-        *TINY_MODEL,
-    ]
+    return one_tiny_fold(data, tmp_path / "results", "logger=none")
 
 
 @pytest.mark.parametrize(

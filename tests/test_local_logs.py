@@ -3,22 +3,11 @@ directory, and the job's output says where they are and how to look at them."""
 
 from __future__ import annotations
 
-from conftest import TINY_MODEL
-from jobs import run_in_process
+from jobs import one_tiny_fold, run_in_process
 
 
 def tiny_job(tmp_path, headlines_tsv, logger: str) -> list[str]:
-    return [
-        "+experiment=transformer",
-        f"data.path={headlines_tsv}",
-        "cv.folds=2",
-        "cv.fold=0",
-        "encoder.layers=1",
-        "trainer.max_epochs=1",
-        f"results.dir={tmp_path / 'results'}",
-        f"logger={logger}",
-        *TINY_MODEL,
-    ]
+    return one_tiny_fold(headlines_tsv, tmp_path / "results", f"logger={logger}")
 
 
 def test_tensorboard_logs_each_fold_and_the_job_says_how_to_view_them(tmp_path, headlines_tsv, capsys):

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_MODEL
-from jobs import run_cli, run_in_process
+from jobs import one_tiny_fold, run_cli, run_in_process
 from klue_tc.errors import DiskFullError, ResourceError
 
 STORES = {
@@ -25,19 +24,9 @@ STORES = {
 
 def job(tmp_path: Path, data: Path, store: str, folder: Path) -> list[str]:
     folders = {"results.dir": tmp_path / "results", "data.cache_dir": tmp_path / "cache", store: folder}
-    return [
-        "+experiment=transformer",
-        f"data.path={data}",
-        "cv.folds=2",
-        "cv.fold=0",
-        "trainer.max_epochs=1",
-        "encoder.layers=1",
-        "logger=none",
-        "pretrain=mlm",
-        "pretrain.max_steps=2",
-        *TINY_MODEL,
-        *(f"{key}={value}" for key, value in folders.items()),
-    ]
+    results = folders.pop("results.dir")
+    extra = ("logger=none", "pretrain=mlm", "pretrain.max_steps=2", *(f"{k}={v}" for k, v in folders.items()))
+    return one_tiny_fold(data, results, *extra)
 
 
 def nothing_trained(tmp_path: Path) -> bool:
