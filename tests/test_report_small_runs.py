@@ -110,15 +110,21 @@ def with_stalled_cells(summary: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def test_a_far_out_cell_is_drawn_beside_the_colour_scale_not_stretching_it(tmp_path, monkeypatch):
-    summary = with_stalled_cells(summary_of(synthetic_folds()))
+@pytest.fixture
+def drawn(monkeypatch) -> list[Figure]:
+    """The figures drawn, not written."""
     saved = []
     monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
+    return saved
+
+
+def test_a_far_out_cell_is_drawn_beside_the_colour_scale_not_stretching_it(tmp_path, drawn):
+    summary = with_stalled_cells(summary_of(synthetic_folds()))
     from klue_tc.report.plots import plot_grid_heatmap
 
     plot_grid_heatmap(summary, tmp_path / "heatmap.png")
 
-    (figure,) = saved
+    (figure,) = drawn
     images = [image for ax in figure.axes for image in ax.get_images()]
     others = summary["f1_mean"].iloc[2:]
     assert all(image.norm.vmin == pytest.approx(others.min()) for image in images)  # the rest span the colours
@@ -127,15 +133,13 @@ def test_a_far_out_cell_is_drawn_beside_the_colour_scale_not_stretching_it(tmp_p
     assert colour_bar._colorbar.extend == "min" and "far-out" in figure.get_supxlabel()
 
 
-def test_a_far_out_cell_leaves_the_f1_axis_to_the_others(tmp_path, monkeypatch):
+def test_a_far_out_cell_leaves_the_f1_axis_to_the_others(tmp_path, drawn):
     summary = with_stalled_cells(summary_of(synthetic_folds()))
-    saved = []
-    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
     from klue_tc.report.plots import plot_f1_by_layers
 
     plot_f1_by_layers(summary, tmp_path / "layers.png")
 
-    (figure,) = saved
+    (figure,) = drawn
     panels = [ax for ax in figure.axes if ax.get_title()]
     low, high = panels[0].get_ylim()
     assert 0.2 < low < summary["f1_mean"].iloc[2:].min() and high > summary["f1_mean"].max()
@@ -143,15 +147,13 @@ def test_a_far_out_cell_leaves_the_f1_axis_to_the_others(tmp_path, monkeypatch):
     assert "0.153" in marked and "0.176" in marked
 
 
-def test_a_small_grids_colour_bar_label_fits_in_its_figure(tmp_path, monkeypatch):
+def test_a_small_grids_colour_bar_label_fits_in_its_figure(tmp_path, drawn):
     summary = summary_of(synthetic_folds()).head(1)
-    saved = []
-    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
     from klue_tc.report.plots import plot_grid_heatmap
 
     plot_grid_heatmap(summary, tmp_path / "one.png")
 
-    (figure,) = saved
+    (figure,) = drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     renderer = FigureCanvasAgg(figure).get_renderer()
@@ -161,7 +163,7 @@ def test_a_small_grids_colour_bar_label_fits_in_its_figure(tmp_path, monkeypatch
     assert box.y0 <= label.y0 and label.y1 <= box.y1 and label.x1 <= box.x1
 
 
-def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, monkeypatch):
+def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, drawn):
     """The run's confusion_matrix.png and the report's confusion_best.png come from one function,
     with the classes' own names (Hangul included, in a font that has it)."""
     import klue_tc.report.per_class as per_class
@@ -169,13 +171,11 @@ def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, monkeypatch)
     from klue_tc.report import plots
 
     assert not hasattr(plots, "plot_confusion_matrix") and not hasattr(per_class, "plot_confusion")
-    saved = []
-    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
     matrix = np.eye(len(LABEL_NAMES), dtype=int) * 5
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*missing from font.*")
         plots.plot_confusion(matrix, list(LABEL_NAMES), tmp_path / "c.png", "title")
-        (figure,) = saved
+        (figure,) = drawn
         ax = figure.axes[0]
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -185,7 +185,7 @@ def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, monkeypatch)
     assert "plot_confusion(" in Path(run.__file__).read_text(encoding="utf-8")
 
 
-def test_learning_curves_tick_whole_epochs(tmp_path, monkeypatch):
+def test_learning_curves_tick_whole_epochs(tmp_path, drawn):
     from klue_tc.records import Describe, EpochScores, FoldResult
     from klue_tc.report.per_class import plot_learning_curves
 
@@ -195,12 +195,10 @@ def test_learning_curves_tick_whole_epochs(tmp_path, monkeypatch):
         FoldResult(k, 0.5, 0.5, 2, 2, None, None, 1.0, 10, 5, None, "", describe, "a", learning_curve=curve)
         for k in range(2)
     ]
-    saved = []
-    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: saved.append(figure))
 
     plot_learning_curves(folds, ["a"], tmp_path / "curves.png")
 
-    (figure,) = saved
+    (figure,) = drawn
     ticks = [tick for tick in figure.axes[0].get_xticks() if 1 <= tick <= 2]
     assert ticks and all(float(tick).is_integer() for tick in ticks)
 
