@@ -23,6 +23,7 @@ from klue_tc.errors import ConfigError
 
 RESULTS_KEY = "in_results_key"
 WHILE_ON = "while_on"  # keyed_while_on's mark
+WHEN_SET = "when_set"  # keyed_when_set's mark
 
 
 def outside_results_key(default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -37,11 +38,25 @@ def keyed_while_on(default_factory: Any) -> Any:
     return field(default_factory=default_factory, metadata={RESULTS_KEY: WHILE_ON})
 
 
+def keyed_when_set() -> Any:
+    """An optional field in the results key only when set (pretrain.seed: null means the run's seed,
+    so every key made before it, and every key of a job that leaves it unset, is as it was)."""
+    return field(default=None, metadata={RESULTS_KEY: WHEN_SET})
+
+
 def in_results_key(item: Any, section: Any = None) -> bool:
     keyed = item.metadata.get(RESULTS_KEY, True)
     if keyed == WHILE_ON:
         return getattr(section, item.name).on
+    if keyed == WHEN_SET:
+        return getattr(section, item.name) is not None
     return keyed
+
+
+def may_be_in_results_key(item: Any) -> bool:
+    """Whether some value of the field is in the results key (one keyed only while on or when set
+    is, once a command line sets it)."""
+    return item.metadata.get(RESULTS_KEY, True) is not False
 
 
 class _Choice(str, Enum):
@@ -426,11 +441,19 @@ class PretrainConfig:
     # The stall rule (klue_tc/pretraining_stall.py), for an objective whose loss the token-frequency
     # entropy bounds (mlm); off by default, and in the keys only while on, so no key made before it moved.
     stall: StallConfig = keyed_while_on(StallConfig)
+    # The pretraining's own seed (initial weights, masking, batch order): a second pretraining of one
+    # configuration, on the same titles and folds (the run's `seed` also draws data.limit's titles).
+    # null: the run's seed.
+    seed: Optional[int] = keyed_when_set()
 
     @property
     def active(self) -> bool:
         """Whether the encoder is pretrained (an objective is chosen)."""
         return self.objective != NO_PRETRAINING
+
+    def seed_or(self, run_seed: int) -> int:
+        """The seed the pretraining draws from."""
+        return run_seed if self.seed is None else self.seed
 
     def store_dir(self, results_root: Path) -> Path:
         """`pretrain.dir`, else `pretrained` inside the results store: a sweep's jobs share it, and it

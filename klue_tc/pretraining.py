@@ -212,6 +212,7 @@ def _train_and_store(
     tokenizer.save(folder / TOKENIZER_DIR)
     meta = {
         "objective": run.pretrain.objective,
+        "seed": run.pretrain.seed_or(run.seed),  # a second pretraining of a configuration has its own
         "steps": outcome.steps,
         "final_loss": outcome.loss,
         "final_loss_steps": outcome.loss_steps,  # records of older code: the last step's loss alone
@@ -303,13 +304,14 @@ def _pretrain_attempt(
     cfg = run.pretrain
     bf16 = "bf16" in device.precision
     on = device.torch_device
-    torch.manual_seed(run.seed)
+    seed = cfg.seed_or(run.seed)
+    torch.manual_seed(seed)
     model = pretraining_model(run, tokenizer).to(on)
     optimizer = _optimizer(model, run)
     per_epoch, total = total_steps(run, len(encoded))
     warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
-    generator = torch.Generator(on).manual_seed(run.seed)
+    generator = torch.Generator(on).manual_seed(seed)
     corrupt = objective(cfg.objective).corruption(cfg, tokenizer, on)
     step, seconds_before, losses = _resume(state_path, model, optimizer, scheduler, generator)
     started = time.perf_counter()
@@ -319,7 +321,7 @@ def _pretrain_attempt(
 
     batches = PaddedBatches(encoded, None, tokenizer.specials.pad, pad_multiple=run.data.pad_multiple)
     sampler = BucketBatchSampler(
-        encoded.lengths, cfg.batch_size, shuffle=True, seed=run.seed, multiplier=BUCKET_MULTIPLIER
+        encoded.lengths, cfg.batch_size, shuffle=True, seed=seed, multiplier=BUCKET_MULTIPLIER
     )
     model.train()
     # Detached: no sync per step. Resumed with the saved losses, so a window means the same after a kill.

@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from klue_tc.config import RunConfig, in_results_key
+from klue_tc.config import RunConfig, may_be_in_results_key
 
 # A value shown as it is in a folder name; any other (a path, a list, several choices) as a hash.
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]{1,24}")
@@ -41,7 +41,7 @@ def changes_the_job(key: str) -> bool:
         field = next((f for f in fields(node) if f.name == part), None)
         if field is None:
             return True
-        if not in_results_key(field, node):
+        if not may_be_in_results_key(field):
             return False
         node = getattr(node, part)
     return True

@@ -40,6 +40,7 @@ from klue_tc.pretraining import (
     ensure_pretrained,
     load_pretrained_encoder,
     pretrain_encoder,
+    pretrained_key,
 )
 from klue_tc.results import config_hash
 from klue_tc.tokenizers import EncodedTitles, SpecialIds, TokenizerCache, fit_tokenizer
@@ -642,3 +643,36 @@ def test_a_stored_pretraining_records_its_token_entropy_and_warns_on_the_plateau
     )
     assert found.meta["final_loss"] > found.meta["token_entropy"] - 0.5
     assert [r.message for r in caplog.records if "token frequencies" in r.message]
+
+
+def test_a_second_pretraining_seed_is_a_new_encoder_on_the_same_titles_and_folds(tmp_path):
+    """pretrain.seed draws other initial weights and batches, keyed as its own encoder and results;
+    unset, it is the run's seed: every key made before it is as it was."""
+    job = ["+experiment=transformer", "data.limit=10000", "cv.folds=3", "pretrain=mlm"]
+    default = validate(compose_job(job, tmp_path / "a"))
+    same = validate(compose_job([*job, "pretrain.seed=42"], tmp_path / "b"))
+    second = validate(compose_job([*job, "pretrain.seed=43"], tmp_path / "c"))
+    assert config_hash(default, "data", "32-true", None, "corpus") == "5954c1bfd4af"  # the committed study's
+    assert "seed" not in keyed_settings(default.pretrain)
+    corpus = fold_corpus_from([t for _, t in make_headlines(per_class=3)])
+    assert pretrained_key(default, CPU, corpus, None) != pretrained_key(second, CPU, corpus, None)
+    assert config_hash(second, "data", "32-true", None, "corpus") not in {
+        "5954c1bfd4af",
+        config_hash(same, "data", "32-true", None, "corpus"),
+    }
+    # The fine-tuning's titles are drawn by the run's seed, which a second pretraining leaves alone.
+    assert second.seed == default.seed
+
+    run, corpus = tiny_pretraining(tmp_path / "d", "+experiment=transformer", "pretrain.max_steps=3")
+    reseeded, _ = tiny_pretraining(tmp_path / "e", "+experiment=transformer", "pretrain.max_steps=3", "pretrain.seed=7")
+    explicit, _ = tiny_pretraining(
+        tmp_path / "f", "+experiment=transformer", "pretrain.max_steps=3", f"pretrain.seed={run.seed}"
+    )
+    tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
+    weights = [
+        pretrain_encoder(r, CPU, tokenizer, encoded, tmp_path / f"{i}.pt", None).weights
+        for i, r in enumerate((run, explicit, reseeded))
+    ]
+    assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])
+    assert not all(torch.equal(weights[0][n], weights[2][n]) for n in weights[0])

@@ -245,6 +245,11 @@ def test_a_sweep_rerun_with_other_settings_has_a_folder_of_its_own():
     other = sweep_folder("smoke", ["data.labels=[a,b]", "recipe=regularized"])
     assert re.fullmatch(r"outputs/sweeps/smoke\+data\.labels=[0-9a-f]{8},recipe=regularized", other), other
     assert sweep_folder("smoke", ["data.limit=3000", "hydra.sweep.dir=/tmp/mine"]) == "/tmp/mine"  # as given
+    # Settings keyed only once set (a second pretraining, the stall rule) name the folder when set.
+    assert sweep_folder("smoke", ["pretrain.seed=43"]) == "outputs/sweeps/smoke+pretrain.seed=43"
+    assert (
+        sweep_folder("smoke", ["pretrain.stall.max_restarts=2"]) == "outputs/sweeps/smoke+pretrain.stall.max_restarts=2"
+    )
 
 
 # --- slow: real sweeps --------------------------------------------------------------------------
