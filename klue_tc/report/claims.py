@@ -29,6 +29,7 @@ from klue_tc.report.grid_model import (
     family_confidence,
     signed,
 )
+from klue_tc.report.replicates import backing
 
 REPRODUCED, REFUTED, INCONCLUSIVE, YES, NO = "reproduced", "refuted", "inconclusive", "yes", "no"
 SHARP_DROP = 0.02  # two points of macro-F1: well above fold noise, the least a fall called "sharp" can mean
@@ -252,7 +253,12 @@ def objective_helps(grid: Grid, objective: str, id: str) -> list[Claim]:
             if scope is None
             else grid.difference("pretrain", objective, FROM_SCRATCH, each, encoder=scope)
         )
-        statement = f"(vii) Does self-pretraining ({objective}) help ({scope or 'all encoders'}; {objective} − none)?"
+        seeds = backing(grid.cells, effect.weights)
+        statement = (
+            f"(vii) Does self-pretraining ({objective}) help ({scope or 'all encoders'}; {objective} − none"
+            + (f"; {seeds}" if seeds else "")
+            + ")?"
+        )
         claims.append(_claim(claim_id, statement, _helps(effect), [effect]))
     return claims
 

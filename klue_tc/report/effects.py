@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from klue_tc.report.grid_model import CONFIDENCE, FACTORS, METHOD, Contrast, Grid
-from klue_tc.report.title_bootstrap import TitleBootstrap
+from klue_tc.report.title_bootstrap import TitleBootstrap, for_metric
 
 REFERENCES = {"encoder": "transformer", "ln": "post", "layers": 2, "tokenizer": "sentencepiece", "pretrain": "none"}
 EFFECT_COLUMNS = [
@@ -28,7 +28,7 @@ EFFECT_COLUMNS = [
     "cells",
     "pairs",
     "method",
-    "titles_low",  # validation F1 where titles were kept: the crossed bootstrap's interval
+    "titles_low",  # where titles were kept (CV F1: with replicated seeds only): the crossed bootstrap's
     "titles_high",
 ]
 Effect = Contrast  # one comparison with its interval, as claims and the plots read it
@@ -63,16 +63,16 @@ def marginal_effects(
     factors: Sequence[str] = FACTORS,
     references: Mapping[str, object] = REFERENCES,
     grid: Grid | None = None,
-    titles: TitleBootstrap | None = None,
+    titles: TitleBootstrap | Mapping[str, TitleBootstrap] | None = None,
 ) -> pd.DataFrame:
     """One row per (factor, non-reference level): its difference against the reference level.
 
     A level that shares no matched set with the reference is left out (no row), as is a factor
-    whose reference level is absent from the records. `titles` (validation F1 only): the same
-    contrasts re-read by the crossed bootstrap over folds and titles.
+    whose reference level is absent from the records. `titles`: the same contrasts re-read by the
+    crossed bootstrap over (seeds,) folds and titles: one for validation F1, or one per metric.
     """
     grid = grid or Grid(folds, metric)
-    titles = titles if metric == "validation_f1" else None
+    titles = for_metric(titles, metric)
     rows = []
     for factor in [f for f in factors if f in grid.cells]:
         reference = references[factor]

@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import stats
 
 from klue_tc.config import GRID_FACTORS
+from klue_tc.report.replicates import REPLICATE
 
 CONFIDENCE = 0.95
 # The factors that name a cell beside the configuration key; the head goes with the encoder.
@@ -148,6 +149,8 @@ def fit_grid(folds: pd.DataFrame, metric: str = "f1") -> Optional[GridFit]:
     present = [k for k in FACTORS if k in scored]
     cells = scored.groupby("config_hash", sort=False)[present].first().reindex(cell_keys)
     cells["folds"] = scored.groupby("config_hash", sort=False).size().reindex(cell_keys)
+    if REPLICATE in scored:  # the pretraining seeds each cell's rows come from (0: from scratch)
+        cells["seeds"] = scored.groupby("config_hash", sort=False)[REPLICATE].nunique().reindex(cell_keys)
     return GridFit(metric, cells, pd.Series(beta[:c], index=cell_keys), covariance, math.sqrt(sigma2), df)
 
 

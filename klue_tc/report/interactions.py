@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import pandas as pd
 
@@ -25,7 +25,8 @@ from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.claims import METRIC_TITLES
 from klue_tc.report.effects import REFERENCES, title_interval
 from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, MatchedSets, family_confidence, matched_sets
-from klue_tc.report.title_bootstrap import TitleBootstrap
+from klue_tc.report.replicates import backing
+from klue_tc.report.title_bootstrap import TitleBootstrap, for_metric
 
 INTERACTION_COLUMNS = [
     "metric",
@@ -140,16 +141,19 @@ def interaction_rows(grid: Grid) -> list[Row]:
 
 
 def interactions(
-    folds: pd.DataFrame, metric: str = "f1", grid: Optional[Grid] = None, titles: Optional[TitleBootstrap] = None
+    folds: pd.DataFrame,
+    metric: str = "f1",
+    grid: Optional[Grid] = None,
+    titles: TitleBootstrap | Mapping[str, TitleBootstrap] | None = None,
 ) -> pd.DataFrame:
     """Every family's contrasts as rows (INTERACTION_COLUMNS); `titles` as in marginal_effects."""
     grid = grid or Grid(folds, metric)
-    titles = titles if metric == "validation_f1" else None
+    titles = for_metric(titles, metric)
     rows = [
         {
             "metric": metric,
             "family": r.family,
-            "comparison": r.contrast.label,
+            "comparison": r.contrast.label + seeds_part(r, grid),
             "kind": r.kind,
             "difference": r.contrast.difference,
             "low": r.contrast.low,
@@ -163,6 +167,15 @@ def interactions(
         for r in interaction_rows(grid)
     ]
     return pd.DataFrame(rows, columns=INTERACTION_COLUMNS)
+
+
+def seeds_part(row: Row, grid: Grid) -> str:
+    """' (2 seeds at 4 layers; 1 seed at 2, 6 layers)': the pretraining seeds behind a per-encoder
+    pretraining effect, where some cell it reads has several; else empty."""
+    if row.family != PRETRAIN_BY_ENCODER or row.kind != SIMPLE:
+        return ""
+    seeds = backing(grid.cells, row.contrast.weights)
+    return f" ({seeds})" if seeds else ""
 
 
 def _interval(row) -> str:

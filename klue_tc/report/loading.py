@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from klue_tc.config import CVConfig, DataConfig, TrainerConfig
 from klue_tc.errors import KlueTcError
 from klue_tc.records import FoldResult, RunResult
+from klue_tc.report.replicates import REPLICATE, grouped, pretraining_seed
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
             final_models.append(path.parent)
             continue
         describe = {**asdict(run.describe), "config_hash": run.config_hash}
-        rows += [fold_row(describe, record) for record in run.folds]
+        seed = config_seed(path.parent / "config.yaml")
+        rows += [fold_row(describe, record, seed) for record in run.folds]
     rows += stored_rows(directory)
     if final_models:
         log.info("left out, final models (cv.folds=1) with no CV score: %s", ", ".join(map(str, final_models)))
@@ -65,11 +67,15 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     if not rows:
         raise NoResultsError(f"{directory}: no metrics.json or results record found (nothing finished to report on)")
     every = pd.DataFrame(rows).drop_duplicates(["config_hash", "fold"], keep="last")
+    every, conflicts = grouped(every)  # a configuration pretrained with several seeds is one cell
     frame = every.dropna(subset=["f1"])
     if frame.empty:
         raise NoResultsError(f"{directory}: no fold in any metrics.json has an F1 score")
     frame = frame.reset_index(drop=True)
     frame.attrs["diverged"] = every[every["diverged"] != ""].to_dict("records")  # listed, never averaged
+    frame.attrs["replicate_conflicts"] = conflicts
+    for line in conflicts:
+        log.warning("%s", line)
     return frame
 
 
@@ -95,14 +101,27 @@ def store_roots(directory: Path) -> list[Path]:
 
 def stored_rows(directory: Path) -> list[dict]:
     """Rows from the results-store records below `directory` (those that name their configuration)."""
-    from klue_tc.results import ResultsStore
+    from klue_tc.results import CONFIG_FILE, ResultsStore
 
-    return [
-        fold_row({**asdict(record.describe), "config_hash": record.config_hash}, record)
-        for root in store_roots(directory)
-        for record in ResultsStore(root).records()
-        if record.describe is not None and record.config_hash
-    ]
+    rows, seeds = [], {}
+    for root in store_roots(directory):
+        for record in ResultsStore(root).records():
+            if record.describe is None or not record.config_hash:
+                continue
+            if record.config_hash not in seeds:  # one config.yaml per configuration, read once
+                seeds[record.config_hash] = config_seed(root / record.config_hash / CONFIG_FILE)
+            describe = {**asdict(record.describe), "config_hash": record.config_hash}
+            rows.append(fold_row(describe, record, seeds[record.config_hash]))
+    return rows
+
+
+def config_seed(path: Path) -> int:
+    """A run's `seed` as its config.yaml says (the schema's default where it is unreadable or silent)."""
+    from klue_tc.config import RunConfig
+
+    config = read_config(path) if path.is_file() else None
+    seed = (config or {}).get("seed", RunConfig.seed)
+    return int(seed) if isinstance(seed, int) else RunConfig.seed
 
 
 def fold_records(directory: str | Path) -> list[FoldResult]:
@@ -131,7 +150,8 @@ def fold_records(directory: str | Path) -> list[FoldResult]:
     return [r for r in found.values() if not r.diverged and r.f1 is not None and not math.isnan(r.f1)]
 
 
-def fold_row(describe: dict, record: FoldResult) -> dict:
+def fold_row(describe: dict, record: FoldResult, run_seed: int) -> dict:
+    """`run_seed`: the run's `seed`, which pretrained the encoder of a record that names no seed of its own."""
     return {
         **describe,
         "fold": record.fold,
@@ -152,6 +172,7 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "classes": class_count(record),
         # the inner split's lowest cross-entropy over the epochs: near ln K, nothing learnt from the titles
         "best_inner_loss": min((e.inner_loss for e in record.learning_curve), default=float("nan")),
+        REPLICATE: pretraining_seed(record, run_seed),
     }
 
 

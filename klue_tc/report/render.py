@@ -76,6 +76,7 @@ def f1_tables(summary: pd.DataFrame, metric: str = "f1") -> dict[str, pd.DataFra
         )
         text = f"{centre:.3f}" + (f" ±{half:.3f}" if half is not None and shared is None else "")
         text += f" (n={row['folds']})" if row["folds"] < most else ""
+        text += f" ({row['seeds']} seeds)" if row.get("seeds", 0) > 1 else ""
         if row[tied] == "best":
             return f"**{text}**"
         return f"{text} *" if row[tied] == "yes" else text
@@ -127,6 +128,13 @@ def interval_text(row) -> str:
 TITLES_NOTE = (
     "Validation intervals marked 'titles' also resample the validation titles: {method}, the same contrast "
     "re-read on each resample (at the same confidence)."
+)
+
+
+CV_TITLES_NOTE = (
+    "CV intervals marked 'titles' (shown where some cell has several pretraining seeds) resample the "
+    "pretraining seeds of each such cell, then the folds, then each fold's held-out titles: a hierarchical "
+    "bootstrap, so that they include pretraining's run-to-run variance (Pretraining seeds below)."
 )
 
 
@@ -322,10 +330,14 @@ def effects_lines(effects: Effects) -> list[str]:
         *effects_table(effects.table),
         "",
     ]
-    if "titles_low" in effects.table and effects.table["titles_low"].notna().any():
+    validation = effects.table[effects.table["metric"] == "validation_f1"]
+    if "titles_low" in validation and validation["titles_low"].notna().any():
         from klue_tc.report.title_bootstrap import METHOD
 
         lines += [TITLES_NOTE.format(method=METHOD), ""]
+    cv = effects.table[effects.table["metric"] == "f1"] if "titles_low" in effects.table else effects.table.iloc[:0]
+    if cv["titles_low"].notna().any():
+        lines += [CV_TITLES_NOTE, ""]
     if effects.left_out:
         lines += [f"Left out: {'; '.join(effects.left_out)}.", ""]
     return lines

@@ -11,6 +11,7 @@ import pandas as pd
 
 from klue_tc.errors import KlueTcError
 from klue_tc.report.loading import DESCRIBE, GRID, OPTUNA_RESULTS, OptunaBest, Recipe
+from klue_tc.report.replicates import is_replicated, replicate_means, seeds
 from klue_tc.report.title_bootstrap import TitleBootstrap
 
 if TYPE_CHECKING:  # scikit-learn is slow to import: only when a baseline is scored
@@ -95,6 +96,10 @@ def per_configuration(folds: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
+    if is_replicated(folds):  # a cell's seeds weigh alike, whatever folds each finished
+        for metric, column in (("f1", "f1_mean"), ("validation_f1", "validation_f1")):
+            summary[column] = summary["config_hash"].map(replicate_means(folds, metric))
+        summary["seeds"] = summary["config_hash"].map(seeds(folds))
     for metric, prefix, mark in (
         ("f1", "f1", "within_noise_of_best"),
         ("validation_f1", "validation_f1", "validation_within_noise_of_best"),
@@ -163,7 +168,15 @@ def summarise_configs(
         kind="stable",
         key=lambda col: col if col.name == "layers" else col.map(lambda v: (order.get(v, len(order)), str(v))),
     )
-    return ranked[CSV_COLUMNS].reset_index(drop=True)
+    return ranked[csv_columns(ranked)].reset_index(drop=True)
+
+
+def csv_columns(summary: pd.DataFrame) -> list[str]:
+    """report.csv's columns: `seeds` (each cell's pretraining seeds) after `folds` where some cell has several."""
+    if "seeds" not in summary:
+        return CSV_COLUMNS
+    at = CSV_COLUMNS.index("folds") + 1
+    return [*CSV_COLUMNS[:at], "seeds", *CSV_COLUMNS[at:]]
 
 
 def missing_cells(summary: pd.DataFrame, planned_folds: Optional[int] = None) -> tuple[list[str], int]:

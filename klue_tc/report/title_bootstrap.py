@@ -25,6 +25,22 @@ RESAMPLES = 1000
 METHOD = f"crossed bootstrap over folds × validation titles ({RESAMPLES} resamples, percentile)"
 
 
+def scored_predictions(
+    records: Sequence[FoldResult],
+) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(config_hash, fold) -> (the fold's held-out title rows, true class, predicted class): what
+    the CV F1 was scored on, from the records that kept it."""
+    return {
+        (r.config_hash, r.fold): (
+            r.predictions.scored.index,
+            r.predictions.scored.label,
+            r.predictions.scored.predicted,
+        )
+        for r in records
+        if r.predictions is not None
+    }
+
+
 def validation_predictions(
     directory: Path, records: Optional[Sequence[FoldResult]] = None
 ) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -82,46 +98,87 @@ def nested_difference(
     return float(np.mean(point)), values
 
 
+def same_titles(a: tuple, b: tuple) -> bool:
+    """Whether two folds' predictions are of the same titles (rows and true classes)."""
+    return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def for_metric(titles, metric: str) -> Optional[TitleBootstrap]:
+    """The bootstrap that re-reads `metric`'s contrasts: `titles` one (validation F1's) or one per metric."""
+    if isinstance(titles, dict):
+        return titles.get(metric)
+    return titles if metric == "validation_f1" else None
+
+
 class TitleBootstrap:
-    """Each configuration's fold-mean validation F1 on every crossed resample."""
+    """Each configuration's fold-mean validation F1 on every crossed resample; a configuration
+    pretrained with several seeds (`replicates`: record key -> (its cell's key, its seed)) is one
+    cell, whose seeds each resample draws with replacement before the folds and titles."""
 
     def __init__(
         self,
         predictions: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]],
         resamples: int = RESAMPLES,
         seed: int = 0,
+        replicates: Optional[dict[str, tuple[str, object]]] = None,
     ):
+        replicates = replicates or {}
         by_config: dict[str, dict[int, tuple]] = {}
         for (config, fold), value in predictions.items():
             by_config.setdefault(config, {})[fold] = value
         folds = sorted({f for config in by_config.values() for f in config})
-        # Only configurations with every fold, scored on the same titles, can be resampled together.
+        # Only configurations with every fold, scored on the same titles, can be resampled together:
+        # the validation titles (every fold alike), or each fold's own held-out titles.
         complete = {c: v for c, v in by_config.items() if sorted(v) == folds}
-        first = next(iter(complete.values()))[folds[0]] if complete else None
-        self.configs = [
-            c
-            for c, v in complete.items()
-            if all(np.array_equal(v[f][0], first[0]) and np.array_equal(v[f][1], first[1]) for f in folds)
-        ]
+        reference = next(iter(complete.values())) if complete else None
+        shared = reference is not None and all(same_titles(reference[f], reference[folds[0]]) for f in folds)
+        resampled = [c for c, v in complete.items() if all(same_titles(v[f], reference[f]) for f in folds)]
+        cells: dict[str, list[str]] = {}  # each cell's resampled record keys, one per seed
+        for key in resampled:
+            cells.setdefault(replicates.get(key, (key,))[0], []).append(key)
+        self.configs = list(cells)
         self.folds = folds
         self.means = pd.DataFrame()
         if not self.configs:
             return
         rng = np.random.default_rng(seed)
-        labels = first[1].astype(int)
-        classes = int(max(labels.max(), *(complete[c][f][2].max() for c in self.configs for f in folds))) + 1
-        titles = title_draws(rng, len(labels), resamples)  # (B, N)
+        labels = {f: reference[f][1].astype(int) for f in folds}
+        classes = int(
+            max(*(labels[f].max() for f in folds), *(complete[c][f][2].max() for c in resampled for f in folds))
+        )
+        classes += 1
+        if shared:
+            drawn = title_draws(rng, len(labels[folds[0]]), resamples)  # (B, N)
+            titles = {f: drawn for f in folds}
+        else:
+            titles = {f: title_draws(rng, len(labels[f]), resamples) for f in folds}
         drawn_folds = rng.integers(0, len(folds), size=(resamples, len(folds)))  # (B, F) fold positions
-        every = np.ones((1, len(labels)), dtype=np.float32)
+        seeds_rng = np.random.default_rng([seed, 1])  # its own stream: without replicates nothing moves
         values, point = {}, {}
-        for config in self.configs:
-            per_fold = []
-            for fold in folds:
-                per_fold.append(resampled_f1(labels, complete[config][fold][2], titles, classes))
-                point.setdefault(config, []).append(resampled_f1(labels, complete[config][fold][2], every, classes)[0])
-            per_fold = np.stack(per_fold, axis=1)  # (B, F)
-            values[config] = np.take_along_axis(per_fold, drawn_folds, axis=1).mean(axis=1)
-            point[config] = float(np.mean(point[config]))
+        for cell, keys in cells.items():
+            per_seed, seed_points = [], []
+            for config in keys:
+                per_fold = np.stack(
+                    [resampled_f1(labels[f], complete[config][f][2], titles[f], classes) for f in folds], axis=1
+                )  # (B, F)
+                per_seed.append(np.take_along_axis(per_fold, drawn_folds, axis=1).mean(axis=1))
+                every = [np.ones((1, len(labels[f])), dtype=np.float32) for f in folds]
+                seed_points.append(
+                    float(
+                        np.mean(
+                            [
+                                resampled_f1(labels[f], complete[config][f][2], e, classes)[0]
+                                for f, e in zip(folds, every)
+                            ]
+                        )
+                    )
+                )
+            if len(keys) == 1:
+                values[cell] = per_seed[0]
+            else:
+                drawn_seeds = seeds_rng.integers(0, len(keys), size=(resamples, len(keys)))  # (B, R)
+                values[cell] = np.take_along_axis(np.stack(per_seed, axis=1), drawn_seeds, axis=1).mean(axis=1)
+            point[cell] = float(np.mean(seed_points))
         self.means = pd.DataFrame(values)  # (B, configs)
         self.point = pd.Series(point)
 

@@ -26,10 +26,11 @@ from klue_tc.report.render import (
     print_tables,
     to_markdown,
 )
+from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, spread_lines
 from klue_tc.report.sections import Section
 from klue_tc.report.settings import refuse_mixed_settings
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
-from klue_tc.report.title_bootstrap import TitleBootstrap, validation_predictions
+from klue_tc.report.title_bootstrap import TitleBootstrap, scored_predictions, validation_predictions
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def effects_of(
     folds: pd.DataFrame,
     metrics: list[str],
     grids: Optional[dict[str, Grid]] = None,
-    titles: Optional[TitleBootstrap] = None,
+    titles: Optional[dict[str, TitleBootstrap]] = None,
     exclusion: Optional[Exclusion] = None,
 ) -> Effects:
     """Each factor's marginal effects where its reference level learnt, on the folds the declared
@@ -150,7 +151,7 @@ def interactions_of(
     folds: pd.DataFrame,
     metrics: list[str],
     grids: dict[str, Grid],
-    titles: Optional[TitleBootstrap],
+    titles: Optional[dict[str, TitleBootstrap]],
     exclusion: Optional[Exclusion] = None,
 ) -> pd.DataFrame:
     """Every interaction family per metric, on the folds the declared exclusions keep (`exclusion`)
@@ -187,6 +188,16 @@ def spliced(
         return table
     kept = compute(exclusion.folds, False)
     return pd.concat([kept[~keeps_every(kept)], table[keeps_every(table)]], ignore_index=True)
+
+
+def cv_bootstrap(folds: pd.DataFrame, records: list[FoldResult]) -> Optional[TitleBootstrap]:
+    """Where some cell has several pretraining seeds, CV F1's contrasts re-read by the hierarchical
+    bootstrap over seeds, folds and each fold's held-out titles; else none (the grid model's alone)."""
+    if not is_replicated(folds):
+        return None
+    read = set(folds[RECORD_KEY])
+    predictions = {k: v for k, v in scored_predictions(records).items() if k[0] in read}
+    return TitleBootstrap(predictions, replicates=cells_by_key(folds)) if predictions else None
 
 
 def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directory: Path) -> list[Path]:
@@ -286,8 +297,9 @@ def write_report(
     refuse_mixed_settings(directory, folds["config_hash"])
     best = optuna_best(directory)
     records = fold_records(directory)  # read once: the predictions of every fold are in them
-    predictions = validation_predictions(directory, records)
-    titles = TitleBootstrap(predictions) if predictions else None
+    read = set(folds[RECORD_KEY])  # a conflict's other key is left out of every comparison
+    predictions = {k: v for k, v in validation_predictions(directory, records).items() if k[0] in read}
+    titles = TitleBootstrap(predictions, replicates=cells_by_key(folds)) if predictions else None
     summary = summarise_configs(folds, best, titles, ensemble_scores(directory))
     recipe = run_recipe(directory)
     from klue_tc.report.baselines import linear_baselines
@@ -299,9 +311,10 @@ def write_report(
     grids = {m: Grid(folds, m) for m in metrics}
     declared = declared_exclusions(directory)  # the rules the runs declared before they ran: none by default
     exclusion = apply_exclusions(folds, declared)  # shared by every comparison below
-    effects = effects_of(folds, metrics, grids, titles, exclusion)
+    bootstraps = {"validation_f1": titles, "f1": cv_bootstrap(folds, records)}
+    effects = effects_of(folds, metrics, grids, bootstraps, exclusion)
     verdicts = judge(folds, metrics, grids, exclusion)
-    interplay = interactions_of(folds, metrics, grids, titles, exclusion)
+    interplay = interactions_of(folds, metrics, grids, bootstraps, exclusion)
     write_or_remove(directory / "effects.csv", None if effects.table.empty else effects.table)
     write_or_remove(directory / "interactions.csv", None if interplay.empty else interplay)
     write_or_remove(
@@ -338,7 +351,8 @@ def write_report(
     diverged = folds.attrs.get("diverged", [])
     for row in diverged:
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
-    markdown += "".join("\n" + "\n".join(section.lines) for section in sections if section.lines)
+    seeds = spread_lines(folds, folds.attrs.get("replicate_conflicts", []))
+    markdown += "".join("\n" + "\n".join(lines) for lines in [seeds, *(s.lines for s in sections)] if lines)
     absent = [section.absent for section in sections if section.absent]
     if absent:  # one list, where a heading each would say only that there is nothing under it
         markdown += "\n" + "\n".join(["## Not in this report", "", *(f"- {why}." for why in absent), ""])
