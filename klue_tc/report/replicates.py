@@ -103,6 +103,17 @@ def cells_by_key(frame: pd.DataFrame) -> dict[str, tuple[str, object]]:
     return {r[RECORD_KEY]: (r["config_hash"], r[REPLICATE]) for r in rows.to_dict("records")}
 
 
+def per_cell(values: dict[str, float], frame: pd.DataFrame) -> dict[str, float]:
+    """Per-key values (each configuration's fold ensemble, say) as each cell's mean over its seeds."""
+    cells = cells_by_key(frame)
+    if not cells:
+        return values
+    by_cell: dict[str, list[float]] = {}
+    for key, value in values.items():
+        by_cell.setdefault(cells.get(key, (key,))[0], []).append(value)
+    return {cell: sum(found) / len(found) for cell, found in by_cell.items()}
+
+
 def backing(cells: pd.DataFrame, weights: Optional[pd.Series]) -> str:
     """The pretraining seeds behind a contrast's cells, by layer count ('2 seeds at 4 layers; 1 at
     2, 6 layers'); empty where every cell it reads has one seed or none."""

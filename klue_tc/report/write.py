@@ -26,7 +26,7 @@ from klue_tc.report.render import (
     print_tables,
     to_markdown,
 )
-from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, spread_lines
+from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, per_cell, spread_lines
 from klue_tc.report.sections import Section
 from klue_tc.report.settings import refuse_mixed_settings
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
@@ -294,13 +294,13 @@ def write_report(
 
     directory = Path(directory)
     folds = fold_frame(directory)
-    refuse_mixed_settings(directory, folds["config_hash"])
+    refuse_mixed_settings(directory, folds[RECORD_KEY])  # every key, each seed's of a replicated cell too
     best = optuna_best(directory)
     records = fold_records(directory)  # read once: the predictions of every fold are in them
     read = set(folds[RECORD_KEY])  # a conflict's other key is left out of every comparison
     predictions = {k: v for k, v in validation_predictions(directory, records).items() if k[0] in read}
     titles = TitleBootstrap(predictions, replicates=cells_by_key(folds)) if predictions else None
-    summary = summarise_configs(folds, best, titles, ensemble_scores(directory))
+    summary = summarise_configs(folds, best, titles, per_cell(ensemble_scores(directory), folds))
     recipe = run_recipe(directory)
     from klue_tc.report.baselines import linear_baselines
 
