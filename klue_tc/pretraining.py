@@ -320,9 +320,7 @@ def _pretrain_attempt(
         return seconds_before + time.perf_counter() - started
 
     batches = PaddedBatches(encoded, None, tokenizer.specials.pad, pad_multiple=run.data.pad_multiple)
-    sampler = BucketBatchSampler(
-        encoded.lengths, cfg.batch_size, shuffle=True, seed=seed, multiplier=BUCKET_MULTIPLIER
-    )
+    sampler = BucketBatchSampler(encoded.lengths, cfg.batch_size, shuffle=True, seed=seed, multiplier=BUCKET_MULTIPLIER)
     model.train()
     # Detached: no sync per step. Resumed with the saved losses, so a window means the same after a kill.
     recent: collections.deque = collections.deque([torch.tensor(x, device=on) for x in losses], maxlen=LOSS_WINDOW)
