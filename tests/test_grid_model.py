@@ -272,3 +272,55 @@ def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_pat
     # A configuration scored against other labels cannot be resampled with the rest.
     found[("c", 0)] = found[("c", 1)] = (found[("a", 0)][0], (truth + 1) % 7, found[("a", 0)][2])
     assert "c" not in TitleBootstrap(found, resamples=10).configs
+
+
+def seeded_folds(seed_gap: float) -> pd.DataFrame:
+    """Two pretrained cells and one from scratch on 3 folds; each pretrained cell has seeds 42 and 43,
+    the second seed `seed_gap` above the first in one cell and below it in the other."""
+    fold_noise = [0.004, -0.003, -0.001]
+    rows = []
+    for cell, base, pretrain, gap in (
+        ("a", 0.78, "mlm", seed_gap),
+        ("b", 0.76, "mlm", -seed_gap),
+        ("s", 0.75, "none", 0),
+    ):
+        seeds = (42, 43) if pretrain == "mlm" else (np.nan,)
+        for seed, fold in itertools.product(seeds, range(3)):
+            shift = gap if seed == 43 else 0.0
+            noise = fold_noise[fold] + 0.001 * ((fold * 7 + len(cell)) % 3 - 1)
+            rows.append(
+                {
+                    "config_hash": cell,
+                    "encoder": "transformer",
+                    "pretrain": pretrain,
+                    "fold": fold,
+                    "replicate": seed,
+                    "f1": base + shift + noise,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_pretraining_seeds_that_disagree_widen_every_interval_that_reads_a_pretrained_cell():
+    agreeing, disagreeing = fit_grid(seeded_folds(0.0)), fit_grid(seeded_folds(0.03))
+    assert agreeing.seed_df == disagreeing.seed_df == 2  # two replicated cells, two seeds each
+    assert agreeing.seed_variance == 0.0  # their spread is the fold noise's
+    assert disagreeing.seed_variance == pytest.approx(0.03**2 / 2, rel=0.05)  # each cell's two means: 0.03 apart
+    pretraining_effect = pd.Series({"a": 1.0, "s": -1.0})
+    narrow = agreeing.contrast(pretraining_effect, "a − s", sets=1)
+    wide = disagreeing.contrast(pretraining_effect, "a − s", sets=1)
+    assert wide.high - wide.low > 3 * (narrow.high - narrow.low)
+    assert wide.df < narrow.df  # the seeds' two degrees of freedom weigh in
+    # A cell mean is the mean of its seeds' means.
+    table = seeded_folds(0.03)
+    assert disagreeing.means["a"] == pytest.approx(table.query("config_hash == 'a'")["f1"].mean())
+    # From scratch against from scratch carries no seed term: nothing pretrained is read.
+    scratch_only = disagreeing.variance_parts(pd.Series({"s": 1.0}))
+    assert scratch_only[1] == 0.0
+
+
+def test_without_replicated_cells_the_fit_has_no_seed_term():
+    single = seeded_folds(0.03).query("replicate != 43")
+    fit = fit_grid(single)
+    assert (fit.seed_df, fit.seed_variance) == (0, 0.0)
+    assert fit.df == fit_grid(single.drop(columns="replicate")).df

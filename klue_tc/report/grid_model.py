@@ -9,6 +9,14 @@ fold present, the plain fold mean); any comparison is a linear contrast of the c
 interval at the residual degrees of freedom. Cells are fixed: the intervals say how well these
 folds pin down these cells' means, not how another grid would come out.
 
+Pretraining is not fixed: a pretrained cell's encoder is one draw of its pretraining. Where some
+cells were pretrained with several seeds (pretrain.seed, klue_tc/report/replicates.py) each seed is
+a unit of its own in the fit, a cell's mean is the mean of its seeds', and the seed-to-seed
+variance (the spread of a replicated cell's seed means beyond what its fold noise explains, pooled
+over the replicated cells) is added for every pretrained cell, divided by its number of seeds, to
+any contrast that reads it, with Satterthwaite's degrees of freedom for the sum. Without
+replicated cells there is no such term and the fit is as above.
+
 The best and its ties: Hsu's multiple comparisons with the best. A cell is tied with the best
 when the best's lead over it is within t(1 - 0.05 / (cells - 1), df) standard errors of the
 difference (one-sided, Bonferroni's bound for the critical value); the rule covers the best being
@@ -81,42 +89,81 @@ class GridFit:
     covariance: np.ndarray  # of `means`, in its order
     sigma: float  # the pooled residual standard deviation
     df: int  # residual degrees of freedom
+    # Pretraining's seed-to-seed variance, its degrees of freedom (the replicated cells' seeds less
+    # one each; 0: no replicated cell, no such term), and per cell the share of it a cell mean
+    # carries (1 / its seeds for a pretrained cell, 0 from scratch).
+    seed_variance: float = 0.0
+    seed_df: int = 0
+    seed_share: Optional[pd.Series] = None
 
-    def quantile(self, confidence: float, sides: int = 2) -> float:
-        if self.df <= 0:
+    def quantile(self, confidence: float, sides: int = 2, df: Optional[float] = None) -> float:
+        df = self.df if df is None else df
+        if not df > 0:
             return math.nan
-        return float(stats.t.ppf(1 - (1 - confidence) / sides, self.df))
+        return float(stats.t.ppf(1 - (1 - confidence) / sides, df))
+
+    def variance_parts(self, weights: pd.Series) -> tuple[float, float]:
+        """A contrast's variance from the fold noise and from pretraining's seeds."""
+        w = weights.reindex(self.means.index).fillna(0.0).to_numpy()
+        fold = float(max(w @ self.covariance @ w, 0.0))
+        if not self.seed_df:
+            return fold, 0.0
+        return fold, self.seed_variance * float(w**2 @ self.seed_share.to_numpy())
+
+    def df_of(self, weights: pd.Series) -> float:
+        """Satterthwaite's degrees of freedom of the contrast's variance (the residual df without seeds)."""
+        fold, seed = self.variance_parts(weights)
+        if not seed:
+            return self.df
+        return (fold + seed) ** 2 / (fold**2 / self.df + seed**2 / self.seed_df) if self.df > 0 else 0
 
     def estimate(self, weights: pd.Series) -> tuple[float, float]:
         """A contrast's value and standard error; `weights` by config_hash (cells not in the fit count 0)."""
         w = weights.reindex(self.means.index).fillna(0.0).to_numpy()
         value = float(w @ self.means.to_numpy())
-        se = float(math.sqrt(max(w @ self.covariance @ w, 0.0))) if self.df > 0 else math.nan
+        se = float(math.sqrt(sum(self.variance_parts(weights)))) if self.df > 0 else math.nan
         return value, se
 
     def contrast(self, weights: pd.Series, label: str, sets: int, confidence: float = CONFIDENCE) -> Contrast:
         if weights.empty or not (weights != 0).any():
             return Contrast(label, confidence=confidence)
         value, se = self.estimate(weights)
-        half = self.quantile(confidence) * se
+        df = self.df_of(weights)
+        half = self.quantile(confidence, df=df) * se
         used = weights[weights != 0].index.intersection(self.means.index)
         rows = int(self.cells.loc[used, "folds"].sum())
-        return Contrast(label, value, value - half, value + half, sets, rows, confidence, se, self.df, weights)
+        return Contrast(label, value, value - half, value + half, sets, rows, confidence, se, round(df), weights)
 
     @cached_property
     def standard_errors(self) -> pd.Series:
-        return pd.Series(np.sqrt(np.clip(np.diag(self.covariance), 0, None)), index=self.means.index)
+        variance = np.diag(self.covariance)
+        if self.seed_df:
+            variance = variance + self.seed_variance * self.seed_share.to_numpy()
+        return pd.Series(np.sqrt(np.clip(variance, 0, None)), index=self.means.index)
 
     def intervals(self, confidence: float = CONFIDENCE) -> pd.DataFrame:
         """Each cell's mean with its interval, the best, and whether each is tied with it."""
-        half = self.quantile(confidence) * self.standard_errors
         best = self.means.idxmax()
-        i = self.means.index.get_loc(best)
-        var = np.diag(self.covariance)
-        lead_se = pd.Series(np.sqrt(np.clip(var[i] + var - 2 * self.covariance[i], 0, None)), index=self.means.index)
         others = max(len(self.means) - 1, 1)
-        critical = self.quantile(1 - (1 - confidence) / others, sides=1)
         lead = self.means[best] - self.means
+        if not self.seed_df:
+            half = self.quantile(confidence) * self.standard_errors
+            i = self.means.index.get_loc(best)
+            var = np.diag(self.covariance)
+            lead_se = pd.Series(
+                np.sqrt(np.clip(var[i] + var - 2 * self.covariance[i], 0, None)), index=self.means.index
+            )
+            critical = self.quantile(1 - (1 - confidence) / others, sides=1)
+        else:  # each cell's and each lead's own degrees of freedom: pretrained cells carry the seeds' term
+            own = [pd.Series({key: 1.0}) for key in self.means.index]
+            half = self.standard_errors * [self.quantile(confidence, df=self.df_of(w)) for w in own]
+            leads = [pd.Series({best: 1.0}).sub(pd.Series({key: 1.0}), fill_value=0.0) for key in self.means.index]
+            lead_se = pd.Series([self.estimate(w)[1] for w in leads], index=self.means.index)
+            one_sided = 1 - (1 - confidence) / others
+            critical = pd.Series(
+                [self.quantile(one_sided, sides=1, df=self.df_of(w)) if w.any() else 0.0 for w in leads],
+                index=self.means.index,
+            )
         tied = lead <= critical * lead_se
         marks = tied.map({True: "yes", False: "no"}) if self.df > 0 else pd.Series("unknown", index=tied.index)
         marks[best] = "best"
@@ -132,26 +179,60 @@ def fit_grid(folds: pd.DataFrame, metric: str = "f1") -> Optional[GridFit]:
     scored = folds.dropna(subset=[metric])
     if scored.empty:
         return None
-    cell_codes, cell_keys = pd.factorize(scored["config_hash"])
+    seeds = scored[REPLICATE] if REPLICATE in scored else pd.Series(np.nan, index=scored.index)
+    # A unit per (cell, pretraining seed); a from-scratch cell is one unit.
+    units = scored["config_hash"].astype(str) + "\0" + seeds.map(lambda s: "" if pd.isna(s) else f"{s:g}")
+    unit_codes, unit_keys = pd.factorize(units)
     fold_codes, fold_keys = pd.factorize(scored["fold"])
-    n, c, f = len(scored), len(cell_keys), len(fold_keys)
-    x = np.zeros((n, c + f - 1))
-    x[np.arange(n), cell_codes] = 1.0
-    # Sum-to-zero coding of the fold: each cell's coefficient is its mean at the average fold.
+    n, u, f = len(scored), len(unit_keys), len(fold_keys)
+    x = np.zeros((n, u + f - 1))
+    x[np.arange(n), unit_codes] = 1.0
+    # Sum-to-zero coding of the fold: each unit's coefficient is its mean at the average fold.
     for k in range(f - 1):
-        x[:, c + k] = (fold_codes == k).astype(float) - (fold_codes == f - 1)
+        x[:, u + k] = (fold_codes == k).astype(float) - (fold_codes == f - 1)
     y = scored[metric].to_numpy(dtype=float)
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     df = n - int(rank)
     residual = y - x @ beta
     sigma2 = float(residual @ residual / df) if df > 0 else math.nan
-    covariance = (sigma2 if df > 0 else 0.0) * np.linalg.pinv(x.T @ x)[:c, :c]
+    unit_covariance = (sigma2 if df > 0 else 0.0) * np.linalg.pinv(x.T @ x)[:u, :u]
+    cell_of_unit = pd.Series(unit_keys).str.split("\0").str[0]
+    cell_codes, cell_keys = pd.factorize(cell_of_unit)
     present = [k for k in FACTORS if k in scored]
     cells = scored.groupby("config_hash", sort=False)[present].first().reindex(cell_keys)
     cells["folds"] = scored.groupby("config_hash", sort=False).size().reindex(cell_keys)
     if REPLICATE in scored:  # the pretraining seeds each cell's rows come from (0: from scratch)
         cells["seeds"] = scored.groupby("config_hash", sort=False)[REPLICATE].nunique().reindex(cell_keys)
-    return GridFit(metric, cells, pd.Series(beta[:c], index=cell_keys), covariance, math.sqrt(sigma2), df)
+    if u == len(cell_keys):  # one unit per cell: the cells are the units
+        return GridFit(metric, cells, pd.Series(beta[:u], index=cell_keys), unit_covariance, math.sqrt(sigma2), df)
+    average = np.zeros((len(cell_keys), u))  # a cell's mean: the mean of its units'
+    average[cell_codes, np.arange(u)] = 1.0
+    per_cell = average.sum(axis=1)
+    average /= per_cell[:, None]
+    means = pd.Series(average @ beta[:u], index=cell_keys)
+    seed_variance, seed_df = seed_variance_of(beta[:u], unit_covariance, cell_codes, per_cell)
+    pretrained = pd.Series(cells.get("seeds", 0).fillna(0).to_numpy() > 0, index=cell_keys)
+    share = pd.Series(np.where(pretrained, 1.0 / per_cell, 0.0), index=cell_keys)
+    covariance = average @ unit_covariance @ average.T
+    return GridFit(metric, cells, means, covariance, math.sqrt(sigma2), df, seed_variance, seed_df, share)
+
+
+def seed_variance_of(
+    unit_means: np.ndarray, unit_covariance: np.ndarray, cell_codes: np.ndarray, per_cell: np.ndarray
+) -> tuple[float, int]:
+    """Pretraining's seed-to-seed variance: over the cells with several seeds, the sum of squares of
+    their seed means about the cell's mean, less what the fold noise alone puts there (the trace of
+    the centred covariance), over the seeds less one per cell; never below zero."""
+    squares, noise, df = 0.0, 0.0, 0
+    for cell in np.flatnonzero(per_cell > 1):
+        members = np.flatnonzero(cell_codes == cell)
+        k = len(members)
+        centre = np.eye(k) - 1.0 / k
+        deviations = centre @ unit_means[members]
+        squares += float(deviations @ deviations)
+        noise += float(np.trace(centre @ unit_covariance[np.ix_(members, members)] @ centre))
+        df += k - 1
+    return (max((squares - noise) / df, 0.0), df) if df else (0.0, 0)
 
 
 def cell_intervals(folds: pd.DataFrame, metric: str = "f1", confidence: float = CONFIDENCE) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -159,7 +160,14 @@ def grid_line(grid: Optional[Grid], summary: pd.DataFrame, metric: str) -> str:
         )
     fit = grid.fit if grid is not None else None
     noise = (
-        f" (pooled residual std {fit.sigma:.4f} F1 over {len(fit.means)} cells, {fit.df} residual df)"
+        f" (pooled residual std {fit.sigma:.4f} F1 over {len(fit.means)} cells, {fit.df} residual df"
+        + (
+            f"; pretraining's seed-to-seed std {math.sqrt(fit.seed_variance):.4f} F1, {fit.seed_df} df, "
+            "in every pretrained cell's interval"
+            if fit.seed_df
+            else ""
+        )
+        + ")"
         if fit is not None and fit.df > 0
         else ""
     )

@@ -25,8 +25,10 @@ METHOD = (
     "Pretraining seeds: a configuration pretrained with several seeds (pretrain.seed) is one cell, its mean "
     "the mean over its seeds of each one's fold mean; the intervals that resample titles (marked 'titles') "
     "draw its seeds with replacement first, then the folds, then the titles (a hierarchical bootstrap), so "
-    "they include pretraining's run-to-run variance; the grid model's t intervals treat its seeds' folds "
-    "as more folds of the cell."
+    "they include pretraining's run-to-run variance. The grid model's t intervals include it too: each seed "
+    "is a unit of the fit, and the seed-to-seed variance pooled over the replicated cells (beyond their fold "
+    "noise) is added for every pretrained cell a contrast reads, over its number of seeds, with "
+    "Satterthwaite's degrees of freedom."
 )
 
 
