@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from klue_tc.config import GRID_FACTORS
+from klue_tc.core.config import GRID_FACTORS
 
 CONFIDENCE = 0.95
 # The factors that name a cell beside the configuration key; the head goes with the encoder.
