@@ -55,7 +55,7 @@ def package_copy(tmp_path: Path) -> Path:
 
 def versions_of(root: Path) -> dict[Choices, str]:
     """The code version of each configuration, read from the package at `root`."""
-    return {c: fingerprint.source_fingerprint(fingerprint.numeric_sources(c, root), root) for c in SCRATCH + PRETRAINED}
+    return {c: fingerprint.source_fingerprint(fingerprint.numeric_sources(c, root)) for c in SCRATCH + PRETRAINED}
 
 
 def changed(before: dict[Choices, str], after: dict[Choices, str]) -> set[Choices]:
@@ -133,6 +133,26 @@ def test_changing_a_loss_changes_every_code_version(package_copy: Path):
         "loss = 1.01 * self.loss(logits, batch",
     )
     assert changed(before, versions_of(package_copy)) == set(before)
+
+
+def test_a_module_moved_or_its_imports_rewritten_keeps_every_code_version(package_copy: Path, tmp_path: Path):
+    before = versions_of(package_copy)
+    edit(
+        package_copy / "training" / "module.py",
+        "from klue_tc.models.schedule import lr_lambda, warmup_steps",
+        "import klue_tc.models.schedule\nfrom klue_tc.models.schedule import lr_lambda\n"
+        "from klue_tc.models.schedule import warmup_steps",
+    )
+    assert versions_of(package_copy) == before
+
+    choice = Choices("mecab", "transformer", "cls", "electra")
+    files = fingerprint.numeric_sources(choice, package_copy)
+    moved = []
+    for number, path in enumerate(reversed(files)):  # each in a folder of its own, listed in another order
+        moved.append(tmp_path / "moved" / f"room{number}" / path.name)
+        moved[-1].parent.mkdir(parents=True)
+        shutil.copy(path, moved[-1])
+    assert fingerprint.source_fingerprint(moved) == before[choice]
 
 
 def test_a_module_the_numeric_code_imports_must_be_placed(package_copy: Path):

@@ -1,12 +1,14 @@
 """The code version in the results key: the code that makes a configuration's numbers.
 
-It hashes, without docstrings, comments, log calls and the messages of raised errors:
+It hashes, without docstrings, comments, log calls, the messages of raised errors and imports:
   - NUMERIC_MODULES, the code every fold runs to make its numbers (reading and normalising titles,
     folds, tokenizers, models, losses, masking, the training step, scoring and metrics);
   - PRETRAINING_MODULES, where the configuration pretrains;
   - the modules of the variants it chose (its tokenizer, encoder, head and pretraining objective:
     klue_tc/core/registry.py), with the klue_tc modules that they alone import (cnn's Transformer config);
-and the versions of LIBRARIES. Nothing else is in it: editing the report, the command line, the
+and the versions of LIBRARIES. Each file's code is hashed on its own and the digests combined in
+sorted order, so moving a module to another folder, or changing only its imports, keeps the key.
+Nothing else is in it: editing the report, the command line, the
 results store, messages, logging, launchers or another variant keeps every record. An edit that
 moves numbers from outside these modules is caught by tests/test_pinned_numbers.py (a tiny fold per
 built-in encoder and objective, its scores and weights pinned); OUTSIDE_NUMBERS names the modules
@@ -238,24 +240,33 @@ class _WithoutMessages(ast.NodeTransformer):
         return False
 
 
+class _WithoutImports(ast.NodeTransformer):
+    """Drops every import statement, at the top of a module or inside a function."""
+
+    def visit_Import(self, node: ast.Import) -> None:
+        return None
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        return None
+
+
 def is_docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
 def code_of(path: Path) -> str:
     """The module's syntax tree without what does not change numbers: formatting, comments,
-    documentation, log lines and error messages."""
-    return ast.dump(_WithoutMessages().visit(ast.parse(path.read_text(encoding="utf-8"))))
+    documentation, log lines, error messages and import statements (where a name comes from is no
+    number: the code it names is hashed where it is defined)."""
+    tree = _WithoutMessages().visit(ast.parse(path.read_text(encoding="utf-8")))
+    return ast.dump(_WithoutImports().visit(tree))
 
 
-def source_fingerprint(files: list[Path], root: Path = PACKAGE_ROOT) -> str:
-    digest = hashlib.sha1()
-    for path in files:
-        # A module outside the package is named by its file name: the same code anywhere is the same.
-        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path.name).encode())
-        digest.update(b"\0")
-        digest.update(code_of(path).encode())
-    return digest.hexdigest()[:12]
+def source_fingerprint(files: list[Path]) -> str:
+    """One digest of the files' code, whatever their paths and order: a module moved to another
+    folder, or one whose imports alone changed, keeps the fingerprint."""
+    digests = sorted(hashlib.sha1(code_of(path).encode()).hexdigest() for path in files)
+    return hashlib.sha1("\n".join(digests).encode()).hexdigest()[:12]
 
 
 def library_versions() -> dict[str, str]:
