@@ -30,9 +30,10 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed  ## create .venv and install klue_tc with its dev and optuna extras
 
-lint: install  ## ruff: lint and format check over the whole tree
+lint: install  ## ruff (lint and format check over the whole tree); lint-imports: the rooms import downward
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 test: install  ## the fast tests (no network, CPU)
 	$(PY) -m pytest
@@ -66,4 +67,4 @@ bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder,
 	$(PY) -m benchmarks --gpu $(ARGS)
 
 clean:  ## remove outputs, W&B offline runs, .pytest_cache and the cache ~/.cache/klue_tc ($KLUE_TC_CACHE), not the venv
-	rm -rf outputs multirun wandb .pytest_cache "$(CACHE)"
+	rm -rf outputs multirun wandb .pytest_cache .import_linter_cache "$(CACHE)"

@@ -17,10 +17,10 @@ in a fresh subprocess with the same torch thread count:
   training title, no buckets: the original notebook's data path);
 - seed_reference: ``../shared/bench/seed_reference.py`` (the notebook's design as a plain torch
   loop), where it is present and has that architecture;
-- pretrain: klue_tc's masked-LM pretraining loop (klue_tc.pretraining) for the same encoder on
+- pretrain: klue_tc's masked-LM pretraining loop (klue_tc.pretraining.pretrain) for the same encoder on
   the same titles, batch, epochs, precision and threads, beside the klue_tc run, as the ratio of
   their loop titles/s; and both training steps' achieved GFLOP/s (FLOPs counted by
-  klue_tc.model_size) against a large square matrix product's in the same precision and threads.
+  klue_tc.training.model_size) against a large square matrix product's in the same precision and threads.
 
 The ensemble run serves an ensemble's folder (benchmarks/ensemble.py: the encoders and the linear
 baselines, 5 fold models each) against one fold model, as titles/s of ``python -m klue_tc.predict``.

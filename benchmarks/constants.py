@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from klue_tc.registry import ENCODERS as ENCODER_REGISTRY
+from klue_tc.core.registry import ENCODERS as ENCODER_REGISTRY
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = (REPO_ROOT / ".." / "shared" / "data" / "klue-ynat-v1.1" / "train.tsv").resolve()

@@ -23,12 +23,12 @@ def build_artefact(records: list, data, train_rows: np.ndarray, work: Path) -> P
     every member weighted alike."""
     import joblib
 
-    from klue_tc.baseline import BASELINES
     from klue_tc.ensemble.artefact import write_artefact
     from klue_tc.ensemble.linear import LinearFold
     from klue_tc.ensemble.members import LINEAR, NEURAL, Member, Titles
     from klue_tc.ensemble.selection import Selection
     from klue_tc.ensemble.stage import Ensemble
+    from klue_tc.training.baseline import BASELINES
 
     members = [
         Member(f"{r.describe.encoder if r.describe else i}-{i}", f"network {i}", NEURAL, np.zeros((1, 1)), None)

@@ -1,6 +1,6 @@
 """Achieved GFLOP/s: the FLOPs of the timed training steps, and the machine's matrix-product peak.
 
-FLOPs are counted by klue_tc.model_size.forward_flops (torch's flop counter plus the recurrent
+FLOPs are counted by klue_tc.training.model_size.forward_flops (torch's flop counter plus the recurrent
 layers' matrix products) on one title of each padded width the timed steps met, times the titles
 trained at that width; a training step is taken as 3x its forward pass (the backward computes the
 gradients of both the inputs and the weights). The peak is a large square matrix product in the
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from klue_tc.model_size import forward_flops
+from klue_tc.training.model_size import forward_flops
 
 TRAIN_STEP_FACTOR = 3  # forward, plus a backward of about twice its work
 PEAK_MATMUL_SIZE = 2048
@@ -38,7 +38,7 @@ def classifier_step_flops(model: nn.Module, widths: Counter, token_id: int) -> f
 
 def masked_lm_step_flops(model: nn.Module, widths: Counter, head_rows: int, token_id: int) -> float:
     """FLOPs of the pretraining steps: the encoder over every title's padded width, and the
-    masked-LM head over the `head_rows` rows it scored (klue_tc.pretraining.MaskedBatch.head_rows)."""
+    masked-LM head over the `head_rows` rows it scored (klue_tc.pretraining.pretrain.MaskedBatch.head_rows)."""
 
     def encoder(width: int) -> float:
         ids = _titles(token_id, width)

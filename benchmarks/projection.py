@@ -69,7 +69,7 @@ def project_sweep(
 def sweep_grid(name: str = "paper", repo: Path = REPO_ROOT) -> dict:
     """sweeps/<name>.yaml as `make sweep` expands it: its jobs per encoder and layer count, and
     the epochs, folds and batch-width multiple its jobs run with."""
-    from klue_tc.sweeps import compose_sweep, sweep_jobs
+    from klue_tc.jobs.sweeps import compose_sweep, sweep_jobs
 
     dirs = {"sweeps_dir": repo / "sweeps", "conf_dir": repo / "conf"}
     jobs = sweep_jobs(name, **dirs)

@@ -38,7 +38,7 @@ def reference_split(labels, limit: Optional[int], seed: int = 0):
     seed_reference's own order."""
     import pandas as pd
 
-    from klue_tc.data import stratified_holdout
+    from klue_tc.data.titles import stratified_holdout
 
     train, held_out = stratified_holdout(labels, 0.1, seed)
     if limit:

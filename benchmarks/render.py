@@ -373,15 +373,16 @@ def pretrain_lines(report: dict) -> list[str]:
         "",
         f"titles/s: both loops timed the same way ({on}), from one step's end to the next, the first step "
         f"excluded, batch assembly included (for pretraining also the masking): fine-tuning = klue_tc's bucketed "
-        f"run above (Lightning), pretraining = klue_tc.pretraining.pretrain_encoder (`pretrain.objective=mlm`, "
-        f"mask_p {pretrain.get('mask_p', '?')}, BERT's 80/10/10) on the same training titles with the same "
+        f"run above (Lightning), pretraining = klue_tc.pretraining.pretrain.pretrain_encoder "
+        f"(`pretrain.objective=mlm`, mask_p {pretrain.get('mask_p', '?')}, BERT's 80/10/10) on the same "
+        f"training titles with the same "
         f"tokenizer, encoder, batch {s['batch_size']}, {s['epochs']} epoch(s), precision and threads, in its own "
         f"process. The masked-LM head scores only the masked rows (their count rounded up to a multiple of "
         f"{pretrain.get('head_row_bucket', '?')}): "
         f"{pretrain.get('head_rows', '?')} rows for {pretrain.get('masked_tokens', '?')} masked of "
         f"{pretrain.get('tokens', '?')} padded positions in the first encoder's timed steps.",
         "",
-        "GFLOP/s: FLOPs of the timed steps (klue_tc.model_size.forward_flops: torch's flop counter plus the "
+        "GFLOP/s: FLOPs of the timed steps (klue_tc.training.model_size.forward_flops: torch's flop counter plus the "
         "LSTMs' matrix products, on one title of each padded width the steps met, times the titles at it; for "
         "pretraining plus the head's rows), a training step taken as 3x its forward pass, over the same time "
         "as the titles/s. " + peak_line(report.get("peak"), clock) + _peak_rounds(report.get("peak_rounds")),

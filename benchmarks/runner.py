@@ -241,7 +241,7 @@ class Bench:
         result = {"first": self.overhead_run("main-first", cache), "cached": self.overhead_run("main-cached", cache)}
         # What happens before the job starts (and FoldMonitor's clock with it): interpreter and imports.
         done = run_measured(
-            [sys.executable, "-c", "import klue_tc.__main__, klue_tc.run, klue_tc.training"],
+            [sys.executable, "-c", "import klue_tc.__main__, klue_tc.jobs.run, klue_tc.training.fold"],
             self.env,
             REPO_ROOT,
             self.work,

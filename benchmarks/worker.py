@@ -24,7 +24,7 @@ def compose_run(overrides: Sequence[str]):
     """The RunConfig that `python -m klue_tc <overrides>` would run (same conf/, same schemas)."""
     from hydra import compose, initialize_config_dir
 
-    from klue_tc.config import register_schemas, validate
+    from klue_tc.core.config import register_schemas, validate
 
     register_schemas()
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
@@ -138,9 +138,9 @@ def _prepare(run, spec: dict):
     training titles (cached)."""
     import numpy as np
 
-    from klue_tc.data import LabelledTitles, read_labelled_file
+    from klue_tc.data.titles import LabelledTitles, read_labelled_file
     from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training import prepare_fold
+    from klue_tc.training.fold import prepare_fold
 
     full = read_labelled_file(spec["data"])
     train_idx, held_idx = reference_split(full.labels, spec["limit"])
@@ -160,10 +160,10 @@ def _token_id(tokenizer) -> int:
 def finetune_worker(run, data, prepared, spec: dict, job_start: float) -> dict:
     import torch
 
-    from klue_tc.job_context import FirstStepClock
-    from klue_tc.job_setup import standalone_job
+    from klue_tc.jobs.job_setup import standalone_job
     from klue_tc.models import build_classifier
-    from klue_tc.training import train_fold
+    from klue_tc.training.fold import train_fold
+    from klue_tc.training.job_context import FirstStepClock
 
     # One extra callback beside train_fold's own (FoldMonitor etc.): the trainer is otherwise unchanged.
     timer = _loop_timer_class()()
@@ -220,16 +220,16 @@ def finetune_worker(run, data, prepared, spec: dict, job_start: float) -> dict:
 
 
 def pretrain_worker(run, prepared, spec: dict) -> dict:
-    """klue_tc's masked-LM pretraining loop (klue_tc.pretraining.pretrain_encoder) over the fold's
+    """klue_tc's masked-LM pretraining loop (klue_tc.pretraining.pretrain.pretrain_encoder) over the fold's
     training titles, timed as LoopTimer times fine-tuning: from one step's end to the next, the
     first step excluded, batch assembly and masking included."""
     import resource
 
     import torch
 
-    from klue_tc.hardware import resolve_device
-    from klue_tc.objectives.mlm import MaskedLM
-    from klue_tc.pretraining import HEAD_ROW_BUCKET, pretrain_encoder
+    from klue_tc.core.hardware import resolve_device
+    from klue_tc.pretraining.objectives.mlm import MaskedLM
+    from klue_tc.pretraining.pretrain import HEAD_ROW_BUCKET, pretrain_encoder
 
     timer = PretrainTimer(torch.device("cuda" if spec["gpu"] else "cpu"))
     Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
@@ -298,7 +298,7 @@ class PretrainTimer:
 
 def peak_worker(spec: dict) -> dict:
     """The matrix-product peak in the precision the training runs use (their overrides composed)."""
-    from klue_tc.hardware import default_precision
+    from klue_tc.core.hardware import default_precision
 
     run = compose_run(run_overrides(spec))
     precision = default_precision(run.trainer)
@@ -321,8 +321,8 @@ def ensemble_worker(spec: dict) -> dict:
     import numpy as np
 
     from benchmarks.ensemble import TRAIN_STEPS, build_artefact, serving_speeds
-    from klue_tc.job_setup import standalone_job
-    from klue_tc.training import train_fold
+    from klue_tc.jobs.job_setup import standalone_job
+    from klue_tc.training.fold import train_fold
 
     work = Path(spec["work_dir"])
     work.mkdir(parents=True, exist_ok=True)

@@ -10,11 +10,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from klue_tc import cli_errors, interrupts
-from klue_tc.config import register_schemas
-from klue_tc.distributed import is_other_rank, run_other_rank
-from klue_tc.errors import KlueTcError, exit_with
-from klue_tc.files import disk_full_error, is_disk_full
+from klue_tc.core import interrupts
+from klue_tc.core.config import register_schemas
+from klue_tc.core.errors import KlueTcError, exit_with
+from klue_tc.core.files import disk_full_error, is_disk_full
+from klue_tc.jobs import cli_errors
+from klue_tc.jobs.distributed import is_other_rank, run_other_rank
 
 # Optuna's import sets up alembic's plugins, each announced at INFO: seven lines of no use to a search.
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -28,8 +29,8 @@ cli_errors.install()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from klue_tc.objective import sweeper_value
-    from klue_tc.run import run_job
+    from klue_tc.jobs.run import run_job
+    from klue_tc.jobs.sweep_objective import sweeper_value
 
     try:
         with interrupts.stop_on_signal():

@@ -6,7 +6,7 @@ fresh initialisation) beside a fresh initialisation of the same design, on title
 For both starts it prints how far each sublayer's token states point one way (the median cosine of
 a token's state with the mean state: near 1, every title looks alike to the head) and the gradient
 of the classification loss reaching each part of the model; for a masked-LM pretraining, its final
-loss beside the token-frequency entropy of the file's titles (klue_tc/frequency_plateau.py).
+loss beside the token-frequency entropy of the file's titles (klue_tc/pretraining/frequency_plateau.py).
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from klue_tc.config import RunConfig, validate
-from klue_tc.data import read_labelled_file
-from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.frequency_plateau import PLATEAU_NATS, applies_to, token_entropy
-from klue_tc.masking import never_hidden
-from klue_tc.module import TopicClassifierModule
-from klue_tc.pretraining import TOKENIZER_DIR, WEIGHTS_FILE, PretrainedEncoder
-from klue_tc.records import FoldResult
-from klue_tc.results import ResultsStore
+from klue_tc.core.config import RunConfig, validate
+from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
+from klue_tc.data.titles import read_labelled_file
+from klue_tc.pretraining.frequency_plateau import PLATEAU_NATS, applies_to, token_entropy
+from klue_tc.pretraining.masking import never_hidden
+from klue_tc.pretraining.pretrain import TOKENIZER_DIR, WEIGHTS_FILE, PretrainedEncoder
+from klue_tc.store.records import FoldResult
+from klue_tc.store.results import ResultsStore
 from klue_tc.tokenizers import Tokenizer, load_tokenizer
-from klue_tc.training import new_module
+from klue_tc.training.fold import new_module
+from klue_tc.training.module import TopicClassifierModule
 
 
 class StartState(NamedTuple):

@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from klue_tc.config import EVAL_BATCH_SIZE
-from klue_tc.data import LABEL_NAMES, decode_text, has_letter_or_digit, normalise_title
-from klue_tc.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.records import FoldResult, RunResult
+from klue_tc.core.config import EVAL_BATCH_SIZE
+from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
+from klue_tc.data.titles import LABEL_NAMES, decode_text, has_letter_or_digit
+from klue_tc.store.records import FoldResult, RunResult
+from klue_tc.tokenizers.normalisation import normalise_title
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,9 @@ def predict_titles(
     else:
         named_in = "metrics.json"
         result, records = _run_and_folds(run_dir, available_only)
-        from klue_tc.inference import ensemble_probs  # torch/lightning only once the inputs are known to be good
+        from klue_tc.training.inference import (
+            ensemble_probs,  # torch/lightning only once the inputs are known to be good
+        )
 
         probs = ensemble_probs(records, titles, batch_size)
         names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from klue_tc.data import read_labelled_file, stratified_holdout
-from klue_tc.errors import KlueTcError, exit_with
+from klue_tc.core.errors import KlueTcError, exit_with
+from klue_tc.data.titles import read_labelled_file, stratified_holdout
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import f1_score
 
-from klue_tc.baseline import CHAR_NGRAM_TFIDF  # "alike" below means alike as the baseline sees titles
+from klue_tc.training.baseline import CHAR_NGRAM_TFIDF  # "alike" below means alike as the baseline sees titles
 
 
 def macro_f1_from_counts(counts: np.ndarray) -> np.ndarray:

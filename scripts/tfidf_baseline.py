@@ -18,11 +18,11 @@ import argparse
 
 from sklearn.metrics import f1_score
 
-from klue_tc.baseline import NB_SVM, TFIDF_SVM, baseline_pipeline, fit_choosing_c
-from klue_tc.data import inner_split, read_labelled_file, title_folds
-from klue_tc.errors import KlueTcError, exit_with
-from klue_tc.inference import ensemble_probs
+from klue_tc.core.errors import KlueTcError, exit_with
+from klue_tc.data.titles import inner_split, read_labelled_file, title_folds
 from klue_tc.predict import fold_records
+from klue_tc.training.baseline import NB_SVM, TFIDF_SVM, baseline_pipeline, fit_choosing_c
+from klue_tc.training.inference import ensemble_probs
 from research_stats import (
     agreement_shares,
     macro_f1_by_quantile,

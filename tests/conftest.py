@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from klue_tc.data import LABEL_NAMES
+from klue_tc.data.titles import LABEL_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -82,7 +82,7 @@ def offline_isolated_env(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setattr("klue_tc.data._said_once", set())  # each test is a command of its own
+    monkeypatch.setattr("klue_tc.data.titles._said_once", set())  # each test is a command of its own
 
 
 @pytest.fixture

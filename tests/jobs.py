@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 from conftest import REPO, TINY_MODEL
-from klue_tc.config import register_schemas
+from klue_tc.core.config import register_schemas
 
 
 def one_tiny_fold(data: Path, results: Path, *extra: str) -> list[str]:
@@ -44,8 +44,8 @@ def compose_job(overrides: list[str], run_dir: Path):
 
 def run_in_process(overrides: list[str], run_dir: Path) -> float:
     """What the job hands back to a sweeper (its CV macro-F1), as `python -m klue_tc` does."""
-    from klue_tc.objective import sweeper_value
-    from klue_tc.run import run_job
+    from klue_tc.jobs.run import run_job
+    from klue_tc.jobs.sweep_objective import sweeper_value
 
     return sweeper_value(run_job(compose_job(overrides, run_dir)))
 
@@ -65,8 +65,8 @@ def run_sweep_job_in_process(sweep: str, overrides: list[str]) -> Path:
     sweep file's own (relative) sweep dir; the job's run directory is returned."""
     from hydra.types import RunMode
 
-    from klue_tc.run import run_job
-    from klue_tc.sweeps import compose_sweep
+    from klue_tc.jobs.run import run_job
+    from klue_tc.jobs.sweeps import compose_sweep
 
     cfg = compose_sweep(sweep, overrides, hydra_config=True)
     with open_dict(cfg):

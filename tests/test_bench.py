@@ -601,7 +601,7 @@ def test_flops_of_a_step_count_the_titles_widths_and_the_heads_rows(tmp_path):
     from benchmarks.flops import TRAIN_STEP_FACTOR, classifier_step_flops, masked_lm_step_flops
     from benchmarks.worker import compose_run
     from klue_tc.models import build_classifier
-    from klue_tc.objectives.mlm import MaskedLM
+    from klue_tc.pretraining.objectives.mlm import MaskedLM
     from klue_tc.tokenizers import fit_tokenizer
 
     run = compose_run(["+experiment=trans_blstm", "encoder.d_model=32", "encoder.heads=2", "head.hidden=32"])

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import EXPERIMENTS, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_in_process, run_python
-from klue_tc.config import NO_PRETRAINING
-from klue_tc.data import LABEL_NAMES
-from klue_tc.registry import ENCODERS, OBJECTIVES
+from klue_tc.core.config import NO_PRETRAINING
+from klue_tc.core.registry import ENCODERS, OBJECTIVES
+from klue_tc.data.titles import LABEL_NAMES
 
 PRETRAIN_CHOICES = [NO_PRETRAINING, *OBJECTIVES.names()]
 
@@ -167,8 +167,8 @@ def test_bad_override_is_one_line_with_the_valid_choices(tmp_path, override, exp
     ],
 )
 def test_out_of_range_values_fail_validation_with_the_key_and_the_range(tmp_path, override, expected):
-    from klue_tc.config import validate
-    from klue_tc.errors import ConfigError
+    from klue_tc.core.config import validate
+    from klue_tc.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as raised:
         validate(compose_job(["+experiment=transformer", *override.split()], tmp_path / "run"))
@@ -178,9 +178,9 @@ def test_out_of_range_values_fail_validation_with_the_key_and_the_range(tmp_path
 def test_a_gpu_asked_for_by_name_must_be_there(monkeypatch):
     import torch
 
-    from klue_tc.config import TrainerConfig
-    from klue_tc.errors import ResourceError
-    from klue_tc.hardware import require_asked_gpu
+    from klue_tc.core.config import TrainerConfig
+    from klue_tc.core.errors import ResourceError
+    from klue_tc.core.hardware import require_asked_gpu
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ResourceError, match="sees no CUDA GPU; use trainer.accelerator=auto"):
@@ -191,8 +191,8 @@ def test_a_gpu_asked_for_by_name_must_be_there(monkeypatch):
 def test_wandb_that_cannot_start_falls_back_to_csv_with_one_warning(tmp_path, monkeypatch, caplog):
     from lightning.pytorch.loggers import CSVLogger
 
-    from klue_tc import loggers
-    from klue_tc.config import LoggerConfig
+    from klue_tc.core.config import LoggerConfig
+    from klue_tc.jobs import loggers
 
     def broken(*args, **kwargs):
         raise RuntimeError("wandb service unavailable")

@@ -14,7 +14,7 @@ import torch
 
 from conftest import make_headlines
 from jobs import one_tiny_fold, run_in_process
-from klue_tc.errors import DamagedFileError
+from klue_tc.core.errors import DamagedFileError
 
 
 def flip_a_byte(path: Path, at: float = 0.6) -> None:
@@ -74,7 +74,7 @@ def test_a_damaged_record_or_checkpoint_in_the_store_is_named_and_the_fold_train
     assert len(said) == 1 and named in said[0] and said[0].endswith("; the fold trains again"), said
     again = json.loads(record.read_text(encoding="utf-8"))
     assert again["f1"] == trained["f1"] and again["checkpoint_sha256"] == trained["checkpoint_sha256"]
-    from klue_tc.checksums import sha256_of
+    from klue_tc.core.checksums import sha256_of
 
     assert sha256_of(checkpoint) == again["checkpoint_sha256"]  # whole again, and the record says so
 
@@ -103,7 +103,7 @@ def test_predict_refuses_a_damaged_checkpoint_or_tokenizer_in_one_line(tmp_path,
 
 
 def test_a_cached_tokenizer_with_a_changed_byte_is_fitted_again(tmp_path, caplog):
-    from klue_tc.registry import TOKENIZERS
+    from klue_tc.core.registry import TOKENIZERS
     from klue_tc.tokenizers import TokenizerCache
 
     cache = TokenizerCache(tmp_path / "cache")
@@ -137,7 +137,7 @@ def test_a_cached_tokenizer_with_a_changed_byte_is_fitted_again(tmp_path, caplog
 def test_a_damaged_pretrained_encoder_is_named_once_and_pretrained_again(tmp_path, caplog, part, damage, named):
     from test_pretraining import CPU, tiny_pretraining
 
-    from klue_tc.pretraining import PretrainedStore, ensure_pretrained
+    from klue_tc.pretraining.pretrain import PretrainedStore, ensure_pretrained
     from klue_tc.tokenizers import TokenizerCache
 
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
@@ -157,7 +157,7 @@ def test_a_damaged_pretrained_encoder_is_named_once_and_pretrained_again(tmp_pat
 
 
 def test_a_training_state_with_a_changed_byte_is_not_resumed_from(tmp_path, caplog):
-    from klue_tc.checkpoints import AtomicCheckpointIO, resume_point
+    from klue_tc.training.checkpoints import AtomicCheckpointIO, resume_point
 
     state = tmp_path / "fold0.training"
     io = AtomicCheckpointIO()
@@ -179,7 +179,7 @@ def test_a_training_state_with_a_changed_byte_is_not_resumed_from(tmp_path, capl
 
 
 def test_a_pretraining_state_with_a_changed_byte_starts_again(tmp_path, caplog):
-    from klue_tc.pretraining import _resume, _save_state
+    from klue_tc.pretraining.pretrain import _resume, _save_state
 
     model = torch.nn.Linear(64, 64)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -199,7 +199,7 @@ def test_a_pretraining_state_with_a_changed_byte_starts_again(tmp_path, caplog):
 
 def test_damaged_predictions_or_encoded_titles_are_named_and_never_read(tmp_path, caplog):
     """Zip archives (numpy's .npz) carry a CRC-32 of each array: a changed byte fails to read."""
-    from klue_tc.records import FoldPredictions, TitlePredictions
+    from klue_tc.store.records import FoldPredictions, TitlePredictions
     from klue_tc.tokenizers import EncodedTitles, TokenizerCache
 
     path = tmp_path / "fold0.predictions.npz"
@@ -213,7 +213,7 @@ def test_damaged_predictions_or_encoded_titles_are_named_and_never_read(tmp_path
 
     caplog.clear()
     cache = TokenizerCache(tmp_path / "cache")
-    from klue_tc.registry import TOKENIZERS
+    from klue_tc.core.registry import TOKENIZERS
 
     titles = [t for _, t in make_headlines(per_class=10)]
     tokenizer, key = cache.tokenizer(TOKENIZERS.config_for("sentencepiece", vocab_size=200), titles, "fold0")
@@ -230,8 +230,8 @@ def test_a_damaged_report_cache_is_named_and_built_again(tmp_path, caplog):
     """The linear baselines' scores on the runs' folds are cached beside the report; one cut short
     (a report killed while writing it with older code, a full disk) is built again, not a traceback."""
     from conftest import write_tsv
-    from klue_tc.baseline import score_on_folds
-    from klue_tc.config import CVConfig, DataConfig
+    from klue_tc.core.config import CVConfig, DataConfig
+    from klue_tc.training.baseline import score_on_folds
 
     data = DataConfig(path=str(write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10))))
     cache = tmp_path / "baseline.json"

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_TRAIN, write_tsv
-from klue_tc.data import (
+from klue_tc.core.errors import DataError, ResourceError
+from klue_tc.data.titles import (
     LABEL_NAMES,
     load_hub_split,
     read_labelled_file,
     stratified_folds,
     stratified_subsample,
 )
-from klue_tc.errors import DataError, ResourceError
 
 
 def test_every_format_reads_the_same_titles(tmp_path, headlines):
@@ -190,7 +190,7 @@ def test_the_bundled_train_split_is_the_shared_one_and_its_checksum_holds():
     import hashlib
     import lzma
 
-    from klue_tc.data import BUNDLED_TRAIN, BUNDLED_TRAIN_SHA256
+    from klue_tc.data.titles import BUNDLED_TRAIN, BUNDLED_TRAIN_SHA256
 
     raw = lzma.decompress(BUNDLED_TRAIN.read_bytes())
     assert hashlib.sha256(raw).hexdigest() == BUNDLED_TRAIN_SHA256
@@ -202,8 +202,8 @@ def test_the_bundled_train_split_is_the_shared_one_and_its_checksum_holds():
 
 
 def test_offline_without_data_path_falls_back_to_the_bundled_copy_with_one_line(caplog):
-    from klue_tc.config import DataConfig
-    from klue_tc.data import BUNDLED_TRAIN, training_titles, validation_titles
+    from klue_tc.core.config import DataConfig
+    from klue_tc.data.titles import BUNDLED_TRAIN, training_titles, validation_titles
 
     with caplog.at_level("WARNING"):
         data = training_titles(DataConfig())
@@ -380,7 +380,7 @@ def test_control_and_invisible_characters_are_removed_and_said_once(tmp_path, ca
 
 
 def test_an_extremely_long_title_is_cut_and_said_once(tmp_path, caplog):
-    from klue_tc.data import MAX_TITLE_CHARS
+    from klue_tc.data.titles import MAX_TITLE_CHARS
 
     path = tmp_path / "article.csv"  # past csv's own field limit (131,072 characters) too
     path.write_text(
@@ -413,7 +413,7 @@ def test_the_bundled_train_split_reads_to_the_same_titles_as_ever():
     """Every stored result is keyed on these titles: reading and normalising must not change one."""
     import hashlib
 
-    from klue_tc.data import BUNDLED_TRAIN
+    from klue_tc.data.titles import BUNDLED_TRAIN
 
     data = read_labelled_file(BUNDLED_TRAIN)
     digest = hashlib.sha256("".join(f"{t}\n" for t in data.texts).encode("utf-8")).hexdigest()

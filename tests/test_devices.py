@@ -9,7 +9,7 @@ import pytest
 
 from conftest import TINY_MODEL
 from jobs import run_cli
-from klue_tc.datamodule import BucketBatchSampler
+from klue_tc.data.batches import BucketBatchSampler
 
 
 def test_ranks_share_out_every_batch_and_take_training_steps_together():

@@ -8,8 +8,8 @@ import torch
 
 from conftest import TINY_MODEL
 from jobs import run_in_process
+from klue_tc.core.errors import USER_ERROR_EXIT
 from klue_tc.diagnose import alignment, main
-from klue_tc.errors import USER_ERROR_EXIT
 
 
 def test_alignment_is_one_when_every_token_is_alike_and_low_when_they_differ():

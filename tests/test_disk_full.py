@@ -12,8 +12,8 @@ import pytest
 
 from conftest import TINY_MODEL, make_headlines
 from jobs import run_python
-from klue_tc import files
-from klue_tc.errors import DiskFullError
+from klue_tc.core import files
+from klue_tc.core.errors import DiskFullError
 
 
 def no_space(*args, **kwargs):
@@ -22,7 +22,7 @@ def no_space(*args, **kwargs):
 
 @pytest.fixture
 def full_disk(monkeypatch):
-    """Every file klue_tc writes through klue_tc.files fails at its flush to disk, as on a full disk."""
+    """Every file klue_tc writes through klue_tc.core.files fails at its flush to disk, as on a full disk."""
     monkeypatch.setattr(files.os, "fsync", no_space)
     return monkeypatch
 
@@ -37,7 +37,7 @@ def assert_one_line(err: DiskFullError, path: Path) -> None:
 
 
 def test_a_record_written_on_a_full_disk_is_one_line_and_leaves_the_old_one(tmp_path, full_disk):
-    from klue_tc.records import FoldResult
+    from klue_tc.store.records import FoldResult
 
     record = FoldResult(0, 0.5, 0.5, 1, 1, None, None, 1.0, 10, 5, None, "tokenizer")
     path = tmp_path / "store" / "abc" / "fold0.json"
@@ -54,7 +54,7 @@ def test_a_record_written_on_a_full_disk_is_one_line_and_leaves_the_old_one(tmp_
 
 
 def test_a_run_metrics_file_on_a_full_disk_is_one_line(tmp_path, full_disk):
-    from klue_tc.records import Describe, RunResult
+    from klue_tc.store.records import Describe, RunResult
 
     result = RunResult(Describe("e", "transformer", "pre", 1, "cls", "sentencepiece"), "key", None, 2, [])
     with pytest.raises(DiskFullError) as err:
@@ -66,7 +66,7 @@ def test_a_run_metrics_file_on_a_full_disk_is_one_line(tmp_path, full_disk):
 def test_a_checkpoint_on_a_full_disk_keeps_the_last_complete_one(tmp_path, monkeypatch):
     import torch
 
-    from klue_tc.checkpoints import AtomicCheckpointIO, save_weights_only
+    from klue_tc.training.checkpoints import AtomicCheckpointIO, save_weights_only
 
     io = AtomicCheckpointIO()
     last = tmp_path / "state" / "last.ckpt"
@@ -87,7 +87,7 @@ def test_a_checkpoint_on_a_full_disk_keeps_the_last_complete_one(tmp_path, monke
 
 def test_a_tokenizer_cache_entry_on_a_full_disk_leaves_no_half_tokenizer(tmp_path, monkeypatch):
     from klue_tc import tokenizers as tk
-    from klue_tc.registry import TOKENIZERS
+    from klue_tc.core.registry import TOKENIZERS
 
     cfg = TOKENIZERS.config_for("sentencepiece", vocab_size=400)
     titles = [t for _, t in make_headlines(per_class=10)]
@@ -122,7 +122,7 @@ def test_a_full_disk_in_training_ends_the_job_in_one_line_and_the_same_command_t
 ):
     """The fold's checkpoint write fails; the run says so, then runs to its end once there is space."""
     from jobs import run_in_process
-    from klue_tc import checkpoints
+    from klue_tc.training import checkpoints
 
     overrides = [
         "+experiment=transformer",
@@ -159,10 +159,10 @@ def test_the_command_line_says_it_in_one_line_without_a_traceback(tmp_path, tiny
     """A writer klue_tc does not own (a logger's file) meets the full disk: still one line, exit 2."""
     script = (
         "import errno, os, runpy, sys\n"
-        "import klue_tc.run\n"
+        "import klue_tc.jobs.run\n"
         "def job(cfg):\n"
         "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'outputs/csv/metrics.csv')\n"
-        "klue_tc.run.run_job = job\n"
+        "klue_tc.jobs.run.run_job = job\n"
         "sys.argv = ['klue_tc', *sys.argv[1:]]\n"
         "runpy.run_module('klue_tc', run_name='__main__')\n"
     )

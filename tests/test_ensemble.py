@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from klue_tc.data import NUM_CLASSES, stratified_folds, title_folds
+from klue_tc.data.titles import NUM_CLASSES, stratified_folds, title_folds
 from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.selection import greedy_selection, macro_f1_of
-from klue_tc.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
-from klue_tc.results import ResultsStore
+from klue_tc.store.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
+from klue_tc.store.results import ResultsStore
 
 FOLDS = 3
 
@@ -116,7 +116,7 @@ def write_config(store_key_dir, train, validation, folds: int = FOLDS) -> None:
 def relabelled(rows: list[tuple[str, str]], share: float = 0.4, seed: int = 0) -> list[tuple[str, str]]:
     """The generated headlines' words give their class away: a share of them get another class, so
     that no member is perfect and the drawn ones (which know every class) have something to add."""
-    from klue_tc.data import LABEL_NAMES
+    from klue_tc.data.titles import LABEL_NAMES
 
     rng = np.random.default_rng(seed)
     return [(str(rng.choice(LABEL_NAMES)) if rng.random() < share else label, text) for label, text in rows]
@@ -127,7 +127,7 @@ def text_store(tmp_path):
     """Three configurations' records on generated headlines (their classes real, their probabilities
     drawn), with the runs' config.yaml, so that the linear baselines fit on the same titles and folds."""
     from conftest import make_headlines, write_tsv
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
 
     train = write_tsv(tmp_path / "train.tsv", relabelled(make_headlines(per_class=24, seed=0)))
     validation = write_tsv(tmp_path / "validation.tsv", relabelled(make_headlines(per_class=10, seed=1)))
@@ -206,7 +206,7 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
 
 
 def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilities(text_store):
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
     from klue_tc.ensemble.stage import build_ensemble
 
     sweep, train, _ = text_store
@@ -226,7 +226,7 @@ def test_the_tables_are_logged_as_one_offline_wandb_run(tmp_path, caplog):
 
     from test_report import offline_run_bytes_once_written
 
-    from klue_tc.config import WandbConfig
+    from klue_tc.core.config import WandbConfig
     from klue_tc.ensemble.report import log_to_wandb
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -301,7 +301,7 @@ def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, t
     import json
     import shutil
 
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
     from klue_tc.ensemble.artefact import ArtefactError, artefact_probs
     from klue_tc.ensemble.artefact import write_artefact as write
     from klue_tc.ensemble.stage import build_ensemble
@@ -342,7 +342,7 @@ def test_another_validation_file_is_scored_by_every_members_fold_models(trained_
     import shutil
 
     from conftest import make_headlines, write_tsv
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
     from klue_tc.ensemble.stage import build_ensemble
 
     sweep = tmp_path / "sweep"

@@ -12,8 +12,8 @@ import yaml
 from test_claims import grid_with_a_stalled_pretraining
 from test_report import metrics, verdicts_section, write_metrics
 
-from klue_tc.config import ExclusionConfig
-from klue_tc.errors import ConfigError
+from klue_tc.core.config import ExclusionConfig
+from klue_tc.core.errors import ConfigError
 from klue_tc.report.exclusions import Declared, apply_exclusions, declared_exclusions
 from klue_tc.report.write import effects_of, interactions_of, judge, write_report
 
@@ -148,7 +148,7 @@ def test_runs_that_declare_different_rules_get_none_applied_and_the_report_says_
 )
 def test_a_bad_declaration_is_one_line_at_start_up(tmp_path, override, message):
     from jobs import compose_job
-    from klue_tc.config import validate
+    from klue_tc.core.config import validate
 
     with pytest.raises(ConfigError, match=message) as raised:
         validate(compose_job(["+experiment=transformer", "logger=none", override], tmp_path / "run"))
@@ -157,8 +157,8 @@ def test_a_bad_declaration_is_one_line_at_start_up(tmp_path, override, message):
 
 def test_a_sweep_file_s_declaration_is_in_every_job_s_config_outside_the_results_key(tmp_path):
     from jobs import compose_job
-    from klue_tc.config import job_config, validate
-    from klue_tc.results import config_hash
+    from klue_tc.core.config import job_config, validate
+    from klue_tc.store.results import config_hash
 
     plain = validate(compose_job(["+experiment=transformer", "logger=none"], tmp_path / "a"))
     overrides = ["+experiment=transformer", "logger=none", "report.exclude.near_chance=3"]

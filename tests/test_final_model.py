@@ -9,9 +9,9 @@ import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
-from klue_tc.errors import ConfigError
+from klue_tc.core.errors import ConfigError
+from klue_tc.jobs.run import final_line
 from klue_tc.predict import predict_titles
-from klue_tc.run import final_line
 
 
 def final_overrides(tmp_path, train, *extra):
@@ -55,7 +55,7 @@ def test_a_final_model_without_validation_titles_is_refused_in_one_line(tmp_path
 
 
 def test_the_final_line_of_a_cross_validated_run_is_unchanged():
-    from klue_tc.records import Describe, FoldResult, RunResult
+    from klue_tc.store.records import Describe, FoldResult, RunResult
 
     folds = [FoldResult(k, 0.5 + k / 10, 0.6, 1, 1, None, None, 1.0, 10, 5, None, "") for k in range(2)]
     line = final_line(RunResult(Describe("cnn", "cnn", "post", 2, "cls", "mecab"), "k", None, 2, folds))

@@ -83,8 +83,8 @@ def test_every_readme_command_composes(command):
     for `make sweep`) and the typed schemas accept it."""
     from hydra import compose, initialize_config_dir
 
-    from klue_tc.cli_errors import quote_non_ascii_values
-    from klue_tc.config import register_schemas, validate
+    from klue_tc.core.config import register_schemas, validate
+    from klue_tc.jobs.cli_errors import quote_non_ascii_values
 
     name, folder, args = "config", REPO / "conf", [a for a in command if a != "-m"]
     if args[:1] == ["--config-dir"]:  # the sweep file first, conf/ behind it, as --config-dir puts them
@@ -179,17 +179,17 @@ def test_predict_reads_titles_from_standard_input(monkeypatch):
 
 
 def test_the_offline_hub_is_said_once_per_command_and_not_by_the_report(caplog):
-    from klue_tc.config import DataConfig
-    from klue_tc.data import training_titles, validation_titles
+    from klue_tc.core.config import DataConfig
+    from klue_tc.data.titles import training_titles, validation_titles
 
-    with caplog.at_level(logging.WARNING, logger="klue_tc.data"):
+    with caplog.at_level(logging.WARNING, logger="klue_tc.data.titles"):
         for _ in range(2):  # two jobs of a sweep in one process
             training_titles(DataConfig())
             validation_titles(DataConfig())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2, warnings  # one for train, one for validation
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="klue_tc.data"):
+    with caplog.at_level(logging.WARNING, logger="klue_tc.data.titles"):
         training_titles(DataConfig(), announce_fallback=False)  # as the report's baseline reads them
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
@@ -218,8 +218,8 @@ def test_an_ad_hoc_multirun_shares_the_store_so_its_rerun_resumes(tmp_path, swee
     from hydra.types import RunMode
     from omegaconf import OmegaConf, open_dict
 
-    from klue_tc.config import validate
-    from klue_tc.job_setup import results_root
+    from klue_tc.core.config import validate
+    from klue_tc.jobs.job_setup import results_root
 
     cfg = compose_job([f"sweep={sweep}" if sweep else "sweep=null", f"hydra.sweep.dir={tmp_path}"], tmp_path / "run")
     OmegaConf.set_readonly(cfg.hydra, False)

@@ -246,9 +246,9 @@ def test_the_report_names_the_interactions_found_among_its_verdicts():
 def test_the_title_bootstrap_reads_the_predicted_classes_a_study_commits(tmp_path):
     from test_selection import some_predictions
 
-    from klue_tc.records import Describe, FoldResult
     from klue_tc.report.title_bootstrap import validation_predictions
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.records import Describe, FoldResult
+    from klue_tc.store.results import ResultsStore
 
     store, rng, kept = ResultsStore(tmp_path / "results"), np.random.default_rng(4), {}
     truth = rng.integers(0, 7, 20)  # every model is scored on the same validation titles

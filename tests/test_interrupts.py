@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process, run_python
-from klue_tc import interrupts
+from klue_tc.core import interrupts
 
 FIRST_SITTING_PAUSE = 2.0
 
@@ -54,7 +54,7 @@ def test_a_fold_stopped_mid_epoch_resumes_at_that_step_and_ends_as_an_uninterrup
     """SIGTERM in epoch 2's second batch: the state is saved after that batch, the job stops with
     JobInterrupted (exit 143 at the entry point), and the rerun trains epoch 2's last batch only:
     the same weights, to the last bit, as a run never stopped."""
-    from klue_tc import callbacks
+    from klue_tc.training import callbacks
 
     args = job_args(tmp_path, tiny_tsv, "trainer.max_epochs=2")
     trained, signalled = [], []  # (epoch, batch) of every training step
@@ -172,7 +172,7 @@ def test_a_loss_that_stops_being_finite_is_a_diverged_record_left_out_of_the_mea
 
 
 def test_old_records_without_the_diverged_field_load():
-    from klue_tc.records import FoldResult
+    from klue_tc.store.records import FoldResult
 
     old = dict(
         fold=0,

@@ -14,9 +14,9 @@ import torch
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli, run_in_process
-from klue_tc.cli_errors import quote_non_ascii_values
-from klue_tc.data import LABEL_NAMES, infer_label_names, read_labelled_file
-from klue_tc.errors import DataError
+from klue_tc.core.errors import DataError
+from klue_tc.data.titles import LABEL_NAMES, infer_label_names, read_labelled_file
+from klue_tc.jobs.cli_errors import quote_non_ascii_values
 
 SENTIMENT_WORDS = {
     "긍정": ["최고의", "감동적인", "훌륭한", "재미있는", "멋진", "따뜻한"],
@@ -91,7 +91,7 @@ def test_a_file_of_three_ynat_names_trains_a_three_class_model(tmp_path, monkeyp
     validation = write_tsv(tmp_path / "valid.tsv", make_headlines(per_class=4, seed=1, labels=three))
     job = [f"data.path={train}", f"data.validation_path={validation}", "cv.folds=2", "cv.fold=0"]
     job += ["trainer.max_epochs=1", "logger=none", f"results.dir={tmp_path / 'results'}", *TINY_MODEL]
-    with caplog.at_level("INFO", logger="klue_tc.run"):
+    with caplog.at_level("INFO", logger="klue_tc.jobs.run"):
         run_in_process(job, tmp_path / "run")
     assert f"{train}; 3 labels: IT과학, 스포츠, 정치" in caplog.text
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text(encoding="utf-8"))
@@ -245,8 +245,8 @@ def test_a_label_set_the_folds_cannot_hold_is_one_line_before_any_training(tmp_p
 
 
 def test_copies_of_a_title_sit_in_one_fold_and_conflicting_labels_are_named(tmp_path, caplog):
-    from klue_tc.data import duplicate_groups, title_folds
-    from klue_tc.preflight import report_duplicates
+    from klue_tc.data.titles import duplicate_groups, title_folds
+    from klue_tc.jobs.preflight import report_duplicates
 
     rows = distinct_headlines(10)
     rows += rows[:12] + [("정치", rows[0][1]), ("경제", rows[0][1])]  # 12 copied, one of them twice more as others
@@ -265,7 +265,7 @@ def test_copies_of_a_title_sit_in_one_fold_and_conflicting_labels_are_named(tmp_
 
 def test_titles_without_copies_keep_the_folds_every_record_was_made_on(tmp_path):
     """KLUE YNAT has no two equal titles: its folds stay scikit-learn's plain stratified ones."""
-    from klue_tc.data import BUNDLED_TRAIN, duplicate_groups, stratified_folds, title_folds
+    from klue_tc.data.titles import BUNDLED_TRAIN, duplicate_groups, stratified_folds, title_folds
 
     data = read_labelled_file(write_tsv(tmp_path / "distinct.tsv", distinct_headlines(9)))
     assert duplicate_groups(data.texts) is None

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from klue_tc.model_size import forward_flops, measure, parameter_counts, recurrent_flops
-from klue_tc.records import FoldResult, ModelSize
+from klue_tc.store.records import FoldResult, ModelSize
+from klue_tc.training.model_size import forward_flops, measure, parameter_counts, recurrent_flops
 
 
 class Tiny(nn.Module):

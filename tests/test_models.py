@@ -4,20 +4,21 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from klue_tc.config import (
+from klue_tc.core.config import (
     EncoderConfig,
     FFNActivation,
     HeadConfig,
     LayerNormPlacement,
     PositionKind,
 )
-from klue_tc.masking import corrupt_picked, masking_probability, pick_tokens
+from klue_tc.core.registry import ENCODERS, HEADS
 from klue_tc.models import build_classifier
 from klue_tc.models.blocks import rotary_angles, rotate
 from klue_tc.models.encoder import Encoder
-from klue_tc.module import MLM_ROW_BUCKET, lr_lambda
-from klue_tc.registry import ENCODERS, HEADS
+from klue_tc.models.schedule import lr_lambda
+from klue_tc.pretraining.masking import corrupt_picked, masking_probability, pick_tokens
 from klue_tc.tokenizers import SpecialIds
+from klue_tc.training.module import MLM_ROW_BUCKET
 
 ENCODER_NAMES, HEAD_NAMES = ENCODERS.names(), HEADS.names()
 
@@ -236,7 +237,7 @@ def test_masking_decays_linearly_from_p_to_p_end_over_the_run():
 
 
 def test_the_module_masks_by_the_decayed_probability_at_its_step(monkeypatch):
-    from klue_tc.module import TopicClassifierModule
+    from klue_tc.training.module import TopicClassifierModule
 
     module = tiny_module(p=0.6, p_end=0.2)
     module.total_steps = 100
@@ -260,7 +261,7 @@ def test_schedule_warms_up_then_decays():
 
 
 def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
-    from klue_tc.module import warmup_steps
+    from klue_tc.models.schedule import warmup_steps
 
     assert warmup_steps(0.1, 8, 1290) == 129
     assert warmup_steps(0.1, 8, 20) == 8
@@ -270,8 +271,8 @@ def test_warmup_is_a_ratio_of_long_runs_with_a_floor_for_short_ones():
 def tiny_module(
     p=0.5, mlm_weight=1.0, rdrop_alpha=0.0, dropout=0.1, regularize_from_epoch=0, keep_share=0.0, p_end=None
 ):
-    from klue_tc.config import AugmentConfig, OptimConfig
-    from klue_tc.module import TopicClassifierModule
+    from klue_tc.core.config import AugmentConfig, OptimConfig
+    from klue_tc.training.module import TopicClassifierModule
 
     return TopicClassifierModule.from_configs(
         VOCAB,
@@ -324,7 +325,7 @@ def test_masked_lm_loss_trains_the_encoder_and_its_own_head():
 
 
 def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
-    from klue_tc.module import symmetric_kl
+    from klue_tc.training.module import symmetric_kl
 
     a, b = torch.randn(4, 7), torch.randn(4, 7)
     assert symmetric_kl(a, a).item() == pytest.approx(0.0, abs=1e-6)
@@ -344,7 +345,7 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes():
 
 
 def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
-    from klue_tc.module import TopicClassifierModule
+    from klue_tc.training.module import TopicClassifierModule
 
     batch = {"input_ids": batch_of_titles(lengths=(12, 9, 12)), "labels": torch.tensor([0, 1, 2])}
 
@@ -369,7 +370,7 @@ def test_late_regularization_leaves_the_first_epochs_plain(monkeypatch):
 
 
 def test_checkpoint_settings_from_before_the_ffn_activation_option_rebuild_the_relu_ffn():
-    from klue_tc.module import _encoder_cfg, _plain
+    from klue_tc.training.module import _encoder_cfg, _plain
 
     saved = _plain(ENCODERS.config_for("transformer", ffn_activation=FFNActivation.swiglu))
     assert _encoder_cfg(saved).ffn_activation == FFNActivation.swiglu  # the enum, not its string
@@ -378,8 +379,8 @@ def test_checkpoint_settings_from_before_the_ffn_activation_option_rebuild_the_r
 
 
 def test_checkpoint_settings_with_an_unknown_encoder_key_fail_with_its_name():
-    from klue_tc.errors import ConfigError
-    from klue_tc.module import _encoder_cfg, _plain
+    from klue_tc.core.errors import ConfigError
+    from klue_tc.training.module import _encoder_cfg, _plain
 
     with pytest.raises(ConfigError, match="keys this version of klue_tc does not know: local_heads; load it"):
         _encoder_cfg({**_plain(ENCODERS.config_for("transformer")), "local_heads": 0})

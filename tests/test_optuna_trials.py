@@ -14,8 +14,8 @@ from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf
 
 from conftest import REPO
-from klue_tc.records import Describe, FoldResult, RunResult
 from klue_tc.report.optuna_trials import OptunaTrialsCallback
+from klue_tc.store.records import Describe, FoldResult, RunResult
 
 PARAMS = {"optim.lr": "tag(log, interval(1e-4, 5e-3))", "encoder.d_model": "choice(128, 256)"}
 

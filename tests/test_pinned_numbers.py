@@ -2,7 +2,7 @@
 (each built-in encoder, post- and pre-LN) and per pretraining objective, in fp32 on one thread.
 
 The code version in the results key covers the numeric modules and the chosen variants only
-(klue_tc/fingerprint.py); an edit elsewhere keeps every stored record. These pins are what catches
+(klue_tc/store/fingerprint.py); an edit elsewhere keeps every stored record. These pins are what catches
 an edit that moves numbers all the same: each fold's scores, the loss its pretraining ended at and
 a checksum of its weights must come out as pinned. A change meant to move numbers re-pins them
 (print the new values with `pytest tests/test_pinned_numbers.py -s`) and, in a numeric module,
@@ -19,7 +19,7 @@ import torch
 
 from conftest import make_headlines, write_tsv
 from jobs import run_in_process
-from klue_tc.registry import ENCODERS, OBJECTIVES
+from klue_tc.core.registry import ENCODERS, OBJECTIVES
 
 # About a second a fold: 2 folds of 112 titles, 8 epochs, 2 layers 32 wide, mecab.
 TINY_FOLD = [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from klue_tc.data import LABEL_NAMES
+from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.predict import fold_records, main, predict_titles
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,25 +15,19 @@ import torch
 
 from conftest import SHARED_KOBERT, TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_cli, run_in_process
-from klue_tc import pretraining, registry
-from klue_tc.config import job_config, keyed_settings, validate
-from klue_tc.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
-from klue_tc.data import LabelledTitles, read_unlabelled_file
-from klue_tc.errors import ConfigError, DataError
-from klue_tc.frequency_plateau import plateau_warning, token_entropy
-from klue_tc.hardware import Device
-from klue_tc.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
-from klue_tc.models.replaced_token_detection import (
-    ReplacedTokenDetection,
-    generator_config,
-    replaced_token_labels,
-    sample_tokens,
-)
-from klue_tc.module import TopicClassifierModule
-from klue_tc.objectives import word_start_table
-from klue_tc.objectives.electra import Electra
-from klue_tc.objectives.mlm import MaskedLanguageModel, MaskedLM
-from klue_tc.pretraining import (
+from klue_tc.core import registry
+from klue_tc.core.config import job_config, keyed_settings, validate
+from klue_tc.core.errors import ConfigError, DataError
+from klue_tc.core.hardware import Device
+from klue_tc.data.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
+from klue_tc.data.titles import LabelledTitles, read_unlabelled_file
+from klue_tc.pretraining import pretrain as pretraining
+from klue_tc.pretraining.frequency_plateau import plateau_warning, token_entropy
+from klue_tc.pretraining.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
+from klue_tc.pretraining.objectives import word_start_table
+from klue_tc.pretraining.objectives.electra import Electra
+from klue_tc.pretraining.objectives.mlm import MaskedLanguageModel, MaskedLM
+from klue_tc.pretraining.pretrain import (
     HEAD_ROW_BUCKET,
     MaskedBatch,
     PretrainedStore,
@@ -42,8 +36,15 @@ from klue_tc.pretraining import (
     pretrain_encoder,
     pretrained_key,
 )
-from klue_tc.results import config_hash
+from klue_tc.pretraining.replaced_token_detection import (
+    ReplacedTokenDetection,
+    generator_config,
+    replaced_token_labels,
+    sample_tokens,
+)
+from klue_tc.store.results import config_hash
 from klue_tc.tokenizers import EncodedTitles, SpecialIds, TokenizerCache, fit_tokenizer
+from klue_tc.training.module import TopicClassifierModule
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 # The tests train on the CPU, in fp32 (TINY_MODEL asks for the CPU).
@@ -336,7 +337,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     assert torch.load(state, weights_only=False)["step"] == 2
     before = torch.load(state, weights_only=False)["seconds"]
     taken = []
-    with caplog.at_level(logging.INFO, logger="klue_tc.pretraining"):
+    with caplog.at_level(logging.INFO, logger="klue_tc.pretraining.pretrain"):
         resumed = pretrain_encoder(
             run, CPU, tokenizer, encoded, state, lambda step, total, loss, batch: taken.append(step)
         )
@@ -349,7 +350,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
 def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from_it(tmp_path, monkeypatch):
     import signal
 
-    from klue_tc import interrupts
+    from klue_tc.core import interrupts
 
     monkeypatch.setattr(interrupts._state, "signum", None)
     monkeypatch.setattr(interrupts._state, "at_step_boundary", False)
@@ -573,7 +574,7 @@ def test_the_electra_loss_is_the_generators_plus_lambda_times_the_detection_loss
         detections.append((logits.detach(), labels))
         return bce(logits, labels)
 
-    monkeypatch.setattr("klue_tc.models.replaced_token_detection.F.binary_cross_entropy_with_logits", spy)
+    monkeypatch.setattr("klue_tc.pretraining.replaced_token_detection.F.binary_cross_entropy_with_logits", spy)
     head_rows = []
     model.generator_head.register_forward_hook(lambda head, args, out: head_rows.append(len(args[0])))
     loss = model(ids, ids, picked, torch.Generator().manual_seed(2))
@@ -632,7 +633,7 @@ def test_a_masked_lm_loss_near_the_token_frequency_entropy_is_named(meta, warned
 def test_a_stored_pretraining_records_its_token_entropy_and_warns_on_the_plateau(tmp_path, caplog):
     """Two steps cannot leave the plateau: the job's log says so in one line, beside the entropy it stored."""
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
-    with caplog.at_level(logging.WARNING, logger="klue_tc.pretraining"):
+    with caplog.at_level(logging.WARNING, logger="klue_tc.pretraining.pretrain"):
         found = ensure_pretrained(
             run, CPU, corpus, PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "c"), None
         )

@@ -11,11 +11,11 @@ from test_pretraining import CPU, Killed, fold_corpus_from, tiny_pretraining
 
 from conftest import make_headlines
 from jobs import compose_job
-from klue_tc import pretraining
-from klue_tc.config import keyed_settings, validate
-from klue_tc.errors import ConfigError
-from klue_tc.pretraining import PretrainedStore, ensure_pretrained, pretrain_encoder, pretrained_key
-from klue_tc.results import config_hash
+from klue_tc.core.config import keyed_settings, validate
+from klue_tc.core.errors import ConfigError
+from klue_tc.pretraining import pretrain as pretraining
+from klue_tc.pretraining.pretrain import PretrainedStore, ensure_pretrained, pretrain_encoder, pretrained_key
+from klue_tc.store.results import config_hash
 from klue_tc.tokenizers import EncodedTitles, TokenizerCache, fit_tokenizer
 
 MIDWAY_ONCE = ["pretrain.stall.max_restarts=1", "pretrain.stall.check_at=0.5"]
@@ -182,14 +182,14 @@ def test_the_rule_moves_the_keys_only_while_it_may_act(tmp_path):
 
 
 def test_the_rule_s_plateau_is_the_one_the_report_marks():
-    from klue_tc.config import StallConfig
-    from klue_tc.frequency_plateau import PLATEAU_NATS
+    from klue_tc.core.config import StallConfig
+    from klue_tc.pretraining.frequency_plateau import PLATEAU_NATS
 
     assert StallConfig().margin == PLATEAU_NATS and StallConfig().check_at == 1.0 and not StallConfig().on
 
 
 def test_the_pretraining_study_declares_the_rule_for_its_mlm_cells():
-    from klue_tc.sweeps import compose_sweep, sweep_jobs
+    from klue_tc.jobs.sweeps import compose_sweep, sweep_jobs
 
     jobs = sweep_jobs("study-pretrain")
     mlm = next(job for job in jobs if "pretrain=mlm" in job)

@@ -14,9 +14,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from klue_tc.config import TrainerConfig
-from klue_tc.progress import EpochProgressBar, JobProgress
-from klue_tc.training import make_trainer
+from klue_tc.core.config import TrainerConfig
+from klue_tc.jobs.progress import EpochProgressBar, JobProgress
+from klue_tc.training.fold import make_trainer
 
 CONTROL = re.compile(r"\x1b\[(\??)([\d;]*)([A-Za-z])")
 
@@ -128,7 +128,7 @@ class SlowClassifier(TinyClassifier):
 def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch(tmp_path, monkeypatch, caplog):
     """Written to a file (no bar), a job says before its first epoch ends what all its folds cost
     at the measured rate, then a step line at a fixed interval within the epoch."""
-    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    monkeypatch.setattr("klue_tc.jobs.progress.COST_AFTER_S", 0.05)
     job = JobProgress(folds_to_train=3, max_epochs=2, every_s=0.05)
     cfg = TrainerConfig(max_epochs=2, accelerator="cpu", precision="32-true", progress_bar="none")
     trainer = make_trainer(cfg, cfg.precision, tmp_path, None, job.callbacks(0))
@@ -144,7 +144,7 @@ def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch
 
 
 def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    monkeypatch.setattr("klue_tc.jobs.progress.COST_AFTER_S", 0.05)
     job = JobProgress(folds_to_train=1, max_epochs=1, every_s=0.0)
     bar = EpochProgressBar(refresh_rate=1, console_kwargs={"file": io.StringIO()})
     cfg = TrainerConfig(max_epochs=1, accelerator="cpu", precision="32-true", progress_bar="rich")
@@ -158,7 +158,7 @@ def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monk
 
 
 def test_an_epoch_cut_short_is_costed_by_its_steps(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr("klue_tc.progress.COST_AFTER_S", 0.05)
+    monkeypatch.setattr("klue_tc.jobs.progress.COST_AFTER_S", 0.05)
     job = JobProgress(folds_to_train=1, max_epochs=1)
     cfg = TrainerConfig(max_epochs=1, accelerator="cpu", precision="32-true", progress_bar="none")
     cfg.limit_train_batches = 10  # 10 of the epoch's 40 steps

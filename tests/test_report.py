@@ -326,8 +326,8 @@ def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, capl
 def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path, tmp_path: Path):
     """The committed study keeps only the results store's records (docs/study/results): the report
     on that folder matches the report on the sweep's run folders."""
-    from klue_tc.records import Describe, RunResult
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.records import Describe, RunResult
+    from klue_tc.store.results import ResultsStore
 
     store = ResultsStore(tmp_path / "study" / "results")
     for path in sweep_dir.rglob("metrics.json"):
@@ -422,8 +422,8 @@ def test_every_plot_the_report_names_exists(tmp_path: Path):
 def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
     """Optuna's trials share one table cell (they differ in settings the table does not show): the
     cell shows the trial optimization_results.yaml names best, and the report says so."""
-    from klue_tc.records import RunResult
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.records import RunResult
+    from klue_tc.store.results import ResultsStore
 
     store = ResultsStore(tmp_path / "results")
     trials = {"a": (0.0001, 0.0443), "b": (0.0030, 0.0513), "c": (0.0010, 0.0400)}  # key: (lr, CV F1 mean)
@@ -450,10 +450,10 @@ def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
 def test_records_of_different_settings_are_one_line_naming_them_not_one_table(tmp_path: Path, capsys):
     """A sweep re-run with other ARGS beside the first one's records: the table would set a 500-title
     epoch beside 3,000 titles and 3 epochs, so the report names what differs and stops."""
-    from klue_tc.records import RunResult
     from klue_tc.report.cli import main
     from klue_tc.report.settings import MixedSettingsError
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.records import RunResult
+    from klue_tc.store.results import ResultsStore
 
     store = ResultsStore(tmp_path / "results")
     settings = {"plain": (500, 1), "args": (3000, 3)}

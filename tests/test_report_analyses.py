@@ -14,12 +14,12 @@ from sklearn.metrics import f1_score
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
-from klue_tc.data import LABEL_NAMES
-from klue_tc.records import Describe, EpochScores, FoldResult, ModelSize, ValidationScore
+from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.report.class_mix import importance_weights, weighted_macro_f1
 from klue_tc.report.per_class import class_table, per_class_f1
 from klue_tc.report.sizes import configuration_sizes, recorded_sizes
 from klue_tc.report.speed import per_machine_tables
+from klue_tc.store.records import Describe, EpochScores, FoldResult, ModelSize, ValidationScore
 
 
 def record(key: str, fold: int, f1: float = 0.7, **extra) -> FoldResult:
@@ -117,7 +117,7 @@ def test_recorded_sizes_are_each_configurations_mean_over_folds():
 
 
 def test_nbsvm_beats_chance_on_a_separable_toy_set_and_predicts_its_classes():
-    from klue_tc.nbsvm import NBSVM
+    from klue_tc.training.nbsvm import NBSVM
 
     rng = np.random.default_rng(0)
     labels = np.repeat([3, 5, 9], 40)
@@ -133,8 +133,8 @@ def test_nbsvm_beats_chance_on_a_separable_toy_set_and_predicts_its_classes():
 
 
 def test_the_nbsvm_baseline_scores_headlines_on_the_runs_folds(tmp_path):
-    from klue_tc.baseline import NB_SVM, score_on_folds
-    from klue_tc.config import CVConfig, DataConfig
+    from klue_tc.core.config import CVConfig, DataConfig
+    from klue_tc.training.baseline import NB_SVM, score_on_folds
 
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     validation_rows = make_headlines(per_class=6, seed=1)
@@ -197,7 +197,7 @@ def test_a_moved_run_directory_is_compared_with_the_baselines_title_by_title(tra
 
 
 def test_a_record_without_its_size_is_measured_from_its_config_as_training_measured_it(trained_store):
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.results import ResultsStore
 
     _, results = trained_store
     records = ResultsStore(results).records()
@@ -233,7 +233,7 @@ def test_the_report_holds_every_further_analysis(trained_store):
         assert (results.parent / plot).stat().st_size > 1000
         assert plot in markdown
     csv = pd.read_csv(results.parent / "report.csv")
-    record = next(iter(__import__("klue_tc.results", fromlist=["ResultsStore"]).ResultsStore(results).records()))
+    record = next(iter(__import__("klue_tc.store.results", fromlist=["ResultsStore"]).ResultsStore(results).records()))
     assert csv.loc[0, "params_non_embedding"] == record.model_size.non_embedding_params
     assert 0 <= csv.loc[0, "validation_f1_train_mix"] <= 1
     # The class mix the report shows is the training file's (14 a class) against the validation file's (5).
@@ -315,7 +315,7 @@ def test_no_size_anywhere_is_an_empty_table_and_a_line():
 def with_predictions(key: str, fold: int, f1: float, scored: tuple, validation: tuple) -> FoldResult:
     """A record whose fold model predicted `scored` = (index, label, predicted) on its held-out
     titles and `validation` = (label, predicted) on the validation titles."""
-    from klue_tc.records import FoldPredictions, TitlePredictions
+    from klue_tc.store.records import FoldPredictions, TitlePredictions
 
     def titles(index, label, predicted) -> TitlePredictions:
         return TitlePredictions(*(np.asarray(a) for a in (index, label, predicted)))
@@ -402,8 +402,8 @@ def test_the_report_states_the_comparison_among_its_verdicts(tmp_path):
 
 def test_with_several_pretrainings_the_best_of_each_is_compared():
     """From scratch and pretrained are asked apart; the intervals widen for the four read at once."""
-    from klue_tc.records import Describe
     from klue_tc.report.against_baselines import compare_best
+    from klue_tc.store.records import Describe
 
     records, baseline = two_fold_study(np.random.default_rng(0))
     for r in records:  # 'cv-best' pretrained, 'val-best' from scratch

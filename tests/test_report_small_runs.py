@@ -15,7 +15,7 @@ from test_effects import synthetic_folds
 from test_plots import summary_of
 from test_report import metrics, write_metrics
 
-from klue_tc.data import LABEL_NAMES
+from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.report.loading import run_recipe
 from klue_tc.report.write import write_report
 
@@ -166,15 +166,16 @@ def test_a_small_grids_colour_bar_label_fits_in_its_figure(tmp_path, drawn):
 def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, drawn):
     """The run's confusion_matrix.png and the report's confusion_best.png come from one function,
     with the classes' own names (Hangul included, in a font that has it)."""
+    import klue_tc.jobs.run as run
     import klue_tc.report.per_class as per_class
-    import klue_tc.run as run
+    from klue_tc.core import figures
     from klue_tc.report import plots
 
-    assert not hasattr(plots, "plot_confusion_matrix") and not hasattr(per_class, "plot_confusion")
+    assert not hasattr(plots, "plot_confusion") and not hasattr(per_class, "plot_confusion")
     matrix = np.eye(len(LABEL_NAMES), dtype=int) * 5
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*missing from font.*")
-        plots.plot_confusion(matrix, list(LABEL_NAMES), tmp_path / "c.png", "title")
+        figures.plot_confusion(matrix, list(LABEL_NAMES), tmp_path / "c.png", "title")
         (figure,) = drawn
         ax = figure.axes[0]
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -186,8 +187,8 @@ def test_confusion_matrices_name_the_classes_in_one_style(tmp_path, drawn):
 
 
 def test_learning_curves_tick_whole_epochs(tmp_path, drawn):
-    from klue_tc.records import Describe, EpochScores, FoldResult
     from klue_tc.report.per_class import plot_learning_curves
+    from klue_tc.store.records import Describe, EpochScores, FoldResult
 
     curve = [EpochScores(e, 0.5 + e / 10, 0, 0, 0.4 + e / 10, 0, 0) for e in (1, 2)]
     describe = Describe("cnn", "cnn", "post", 2, "cls", "mecab")

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from conftest import TINY_MODEL
 from jobs import run_cli
-from klue_tc.errors import ConfigError
-from klue_tc.redaction import NoSecretsInScripts, redact, refuse_secrets_in_launcher, secret_values
+from klue_tc.core.errors import ConfigError
+from klue_tc.core.redaction import NoSecretsInScripts, redact, refuse_secrets_in_launcher, secret_values
 
 WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"
 HF_TOKEN = "hf_SeCrEtToKeNfOrTeStS"
@@ -123,11 +123,11 @@ def write_store_and_cache(shared: Path) -> None:
     import torch
 
     from conftest import make_headlines
-    from klue_tc.checkpoints import AtomicCheckpointIO
-    from klue_tc.records import FoldResult
-    from klue_tc.registry import TOKENIZERS
-    from klue_tc.results import ResultsStore
+    from klue_tc.core.registry import TOKENIZERS
+    from klue_tc.store.records import FoldResult
+    from klue_tc.store.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
+    from klue_tc.training.checkpoints import AtomicCheckpointIO
 
     store = ResultsStore(shared / "results")
     with store.claim("abc", 0):
@@ -208,11 +208,11 @@ def test_a_second_member_of_the_group_updates_what_the_first_wrote(umask):
     import tempfile
 
     from conftest import make_headlines
-    from klue_tc.checkpoints import AtomicCheckpointIO
-    from klue_tc.records import FoldResult
-    from klue_tc.registry import TOKENIZERS
-    from klue_tc.results import ResultsStore
+    from klue_tc.core.registry import TOKENIZERS
+    from klue_tc.store.records import FoldResult
+    from klue_tc.store.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
+    from klue_tc.training.checkpoints import AtomicCheckpointIO
 
     team_gid, member = 4242, 65534
     groups = os.getgroups()

@@ -12,9 +12,9 @@ import pytest
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import compose_job, run_in_process
-from klue_tc.data import LABEL_NAMES, NUM_CLASSES, LabelledTitles, inner_split, stratified_folds
-from klue_tc.errors import ConfigError, DataError
-from klue_tc.records import (
+from klue_tc.core.errors import ConfigError, DataError
+from klue_tc.data.titles import LABEL_NAMES, NUM_CLASSES, LabelledTitles, inner_split, stratified_folds
+from klue_tc.store.records import (
     SELECTED_ON_INNER_SPLIT,
     SELECTED_ON_SCORED_FOLD,
     EpochScores,
@@ -22,7 +22,7 @@ from klue_tc.records import (
     FoldResult,
     TitlePredictions,
 )
-from klue_tc.results import ResultsStore
+from klue_tc.store.results import ResultsStore
 
 
 def small_record(**extra) -> FoldResult:
@@ -56,7 +56,7 @@ def test_the_inner_split_is_stratified_seeded_and_holds_every_class():
 
 @pytest.mark.parametrize("fraction", [0.0, 0.6])
 def test_an_inner_fraction_out_of_range_is_one_line(tmp_path, fraction):
-    from klue_tc.config import validate
+    from klue_tc.core.config import validate
 
     cfg = compose_job(["+experiment=transformer", f"cv.inner_fraction={fraction}"], tmp_path)
     with pytest.raises(ConfigError, match=rf"cv.inner_fraction must be in \(0, 0.5\], got {fraction}"):
@@ -153,7 +153,7 @@ def test_predicted_classes_come_from_the_full_precision_probabilities():
 
 
 def fold_config(tmp_path, *extra):
-    from klue_tc.config import validate
+    from klue_tc.core.config import validate
 
     return validate(
         compose_job(
@@ -178,9 +178,9 @@ def fold_config(tmp_path, *extra):
 def train_one_fold(run, data: LabelledTitles, folder, scored_labels=None):
     import torch
 
-    from klue_tc.job_setup import standalone_job
+    from klue_tc.jobs.job_setup import standalone_job
     from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training import prepare_fold, train_fold
+    from klue_tc.training.fold import prepare_fold, train_fold
 
     train_idx, val_idx = stratified_folds(data.labels, 2, run.cv.seed)[0]
     prepared = prepare_fold(run, data, train_idx, val_idx, TokenizerCache(folder / "cache"))
@@ -233,8 +233,8 @@ def macro_f1(truth, predicted) -> float:
 
 
 def test_per_title_predictions_are_stored_and_equal_the_models_outputs(tmp_path):
-    from klue_tc.data import read_labelled_file
-    from klue_tc.inference import load_fold, predict_probs
+    from klue_tc.data.titles import read_labelled_file
+    from klue_tc.training.inference import load_fold, predict_probs
 
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=5, seed=1))
@@ -285,7 +285,7 @@ def test_the_baseline_chooses_c_on_the_inner_split_alone():
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.svm import LinearSVC
 
-    from klue_tc.baseline import C_GRID, CHAR_NGRAM_TFIDF, fit_choosing_c
+    from klue_tc.training.baseline import C_GRID, CHAR_NGRAM_TFIDF, fit_choosing_c
 
     rows = make_headlines(per_class=20, seed=5)
     texts, labels = [t for _, t in rows], np.array([LABEL_NAMES.index(label) for label, _ in rows])
@@ -308,8 +308,8 @@ def test_the_baseline_chooses_c_on_the_inner_split_alone():
 
 
 def test_the_baseline_on_a_runs_folds_follows_its_selection_rule(tmp_path):
-    from klue_tc.baseline import C_GRID, score_on_folds
-    from klue_tc.config import CVConfig, DataConfig
+    from klue_tc.core.config import CVConfig, DataConfig
+    from klue_tc.training.baseline import C_GRID, score_on_folds
 
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=20, seed=0))
     data, cv = DataConfig(path=str(train)), CVConfig(folds=2, seed=42)

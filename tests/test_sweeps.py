@@ -23,14 +23,14 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import EXPERIMENTS, REPO
-from klue_tc.config import validate
-from klue_tc.fingerprint import code_version
-from klue_tc.hardware import default_precision
-from klue_tc.job_setup import results_key
-from klue_tc.preflight import check_inputs
-from klue_tc.records import FoldResult
-from klue_tc.results import ResultsStore, config_hash
-from klue_tc.sweeps import compose_sweep, sweep_jobs
+from klue_tc.core.config import validate
+from klue_tc.core.hardware import default_precision
+from klue_tc.jobs.job_setup import results_key
+from klue_tc.jobs.preflight import check_inputs
+from klue_tc.jobs.sweeps import compose_sweep, sweep_jobs
+from klue_tc.store.fingerprint import code_version
+from klue_tc.store.records import FoldResult
+from klue_tc.store.results import ResultsStore, config_hash
 
 SWEEPS = REPO / "sweeps"
 PAPER_EXPERIMENTS = [e for e in EXPERIMENTS if e != "transformer_pre_ln"]  # encoder.ln is an axis there
@@ -222,7 +222,7 @@ def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
 def sweep_folder(name: str, args: list[str]) -> str:
     """The folder `make sweep SWEEP=name ARGS=...` writes into, and the one each of its jobs is
     composed with (from the overrides Hydra hands the jobs, their own appended)."""
-    from klue_tc.sweep_folder import SweepFolderCallback
+    from klue_tc.jobs.sweep_folder import SweepFolderCallback
 
     cfg = compose_sweep(name, args, hydra_config=True)
     SweepFolderCallback().on_multirun_start(cfg)
@@ -371,7 +371,7 @@ def test_two_sweeps_at_once_train_each_job_and_encoder_once_and_leave_whole_reco
     assert len(re.findall(r"pretrained encoder \w+: 2 mlm steps", said)) == 1, said[-4000:]  # one encoder, shared
     stored = sorted(results.glob("*/fold*.json"))
     assert len(stored) == 2 and all(FoldResult.load(p).fold == 0 for p in stored)  # whole, checksums and all
-    from klue_tc.pretraining import PretrainedStore
+    from klue_tc.pretraining.pretrain import PretrainedStore
 
     keys = {FoldResult.load(p).pretrained["key"] for p in stored}
     assert len(keys) == 1 and PretrainedStore(pretrained).load(keys.pop()) is not None
@@ -459,8 +459,8 @@ def test_study_grid_is_the_120_paper_configurations_on_3_folds_of_10000_titles()
 
 def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pretrains_a_scored_title(tmp_path):
     from conftest import make_headlines, write_tsv
-    from klue_tc.corpus import fold_corpus, gather_sources, normalised
-    from klue_tc.data import read_labelled_file, stratified_folds
+    from klue_tc.data.corpus import fold_corpus, gather_sources, normalised
+    from klue_tc.data.titles import read_labelled_file, stratified_folds
 
     jobs = sweep_jobs("ensemble")
     assert len(jobs) == 4 * 5 and len({tuple(job) for job in jobs}) == len(jobs)

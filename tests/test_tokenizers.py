@@ -3,8 +3,8 @@ import pytest
 
 from conftest import SHARED_KOBERT, make_headlines
 from klue_tc import tokenizers as tk
-from klue_tc.errors import ResourceError
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.errors import ResourceError
+from klue_tc.core.registry import TOKENIZERS
 from klue_tc.tokenizers import cache as tokenizer_cache
 
 TRAIN = [t for _, t in make_headlines(per_class=10)]
@@ -105,7 +105,7 @@ def test_kobert_ids_match_the_published_model():
 
 
 def test_too_small_sentencepiece_vocabulary_is_a_config_error():
-    from klue_tc.errors import ConfigError
+    from klue_tc.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="raise tokenizer.vocab_size"):
         tk.fit_tokenizer(config(vocab_size=20), TRAIN)

@@ -107,8 +107,8 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
 def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, vendor, bf16_flag, asked, expected):
     import torch
 
-    from klue_tc import hardware
-    from klue_tc.config import TrainerConfig
+    from klue_tc.core import hardware
+    from klue_tc.core.config import TrainerConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     flags = frozenset({"avx512f", *([bf16_flag] if bf16_flag else [])})
@@ -117,7 +117,7 @@ def test_default_precision_follows_the_hardware(monkeypatch, accelerator, gpu, v
 
 
 def test_cpu_vendor_and_flags_come_from_the_kernel_list(tmp_path):
-    from klue_tc.hardware import cpu_info
+    from klue_tc.core.hardware import cpu_info
 
     (tmp_path / "cpuinfo").write_text(
         "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx512_bf16\n\n"
@@ -131,8 +131,8 @@ def test_cpu_vendor_and_flags_come_from_the_kernel_list(tmp_path):
 def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     import torch
 
-    from klue_tc import training
-    from klue_tc.module import TopicClassifierModule
+    from klue_tc.training import fold as training
+    from klue_tc.training.module import TopicClassifierModule
 
     slim = training.save_weights_only
 
@@ -169,9 +169,9 @@ def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
 
 
 def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_tsv):
-    from klue_tc.config import DataConfig
-    from klue_tc.datamodule import EncodedSplit, FoldDataModule
-    from klue_tc.registry import TOKENIZERS
+    from klue_tc.core.config import DataConfig
+    from klue_tc.core.registry import TOKENIZERS
+    from klue_tc.data.batches import EncodedSplit, FoldDataModule
     from klue_tc.tokenizers import EncodedTitles, fit_tokenizer
 
     texts = [t for _, t in make_headlines(per_class=6)]
@@ -209,8 +209,8 @@ def test_subword_sampling_feeds_a_new_segmentation_every_epoch(tmp_path, tiny_ts
 
 
 def test_batch_widths_round_up_to_the_pad_multiple_and_keep_every_token():
-    from klue_tc.config import DataConfig
-    from klue_tc.datamodule import EncodedSplit, make_loader
+    from klue_tc.core.config import DataConfig
+    from klue_tc.data.batches import EncodedSplit, make_loader
     from klue_tc.tokenizers import EncodedTitles
 
     rng = np.random.default_rng(0)
@@ -226,9 +226,9 @@ def test_batch_widths_round_up_to_the_pad_multiple_and_keep_every_token():
 
 
 def test_a_one_fold_run_takes_its_folds_validation_score_without_predicting_again(monkeypatch):
-    from klue_tc import evaluate
-    from klue_tc.data import LabelledTitles
-    from klue_tc.records import FoldResult
+    from klue_tc.data.titles import LabelledTitles
+    from klue_tc.store.records import FoldResult
+    from klue_tc.training import evaluate
 
     truth = np.array([0, 1, 2, 2, 3])
     validation = LabelledTitles(["a", "b", "c", "d", "e"], truth, "val.tsv")
@@ -254,7 +254,7 @@ def test_a_one_fold_run_takes_its_folds_validation_score_without_predicting_agai
 def test_ema_decay_ramps_up_then_holds():
     import torch
 
-    from klue_tc.callbacks import ema_with_warmup
+    from klue_tc.training.callbacks import ema_with_warmup
 
     update = ema_with_warmup(0.99)
     for n, expected_decay in [(1, 2 / 11), (90, 0.91), (10_000, 0.99)]:
@@ -267,7 +267,7 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     import torch
     import yaml
 
-    from klue_tc.module import TopicClassifierModule
+    from klue_tc.training.module import TopicClassifierModule
 
     run_dir = tmp_path / "run"
     run_in_process(
@@ -319,7 +319,8 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
 def test_an_interrupted_fold_resumes_after_its_last_written_epoch(
     tmp_path, tiny_tsv, monkeypatch, every_s, second_run_epochs
 ):
-    from klue_tc import progress, training
+    from klue_tc.jobs import progress
+    from klue_tc.training import fold as training
 
     # Masking and dropout on: a resumed fold must also draw the random numbers an uninterrupted one does.
     args = overrides(
@@ -381,7 +382,7 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(
 def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
     import torch
 
-    from klue_tc.checkpoints import resume_point
+    from klue_tc.training.checkpoints import resume_point
 
     state = tmp_path / "fold0.training"
     state.mkdir()
@@ -398,8 +399,8 @@ def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, c
 
 
 def test_the_trainer_configs_lightning_flags_reach_the_trainer_as_they_are(tmp_path):
-    from klue_tc.config import TrainerConfig
-    from klue_tc.training import lightning_flags, make_trainer
+    from klue_tc.core.config import TrainerConfig
+    from klue_tc.training.fold import lightning_flags, make_trainer
 
     cfg = TrainerConfig(max_epochs=3, accelerator="cpu", gradient_clip_val=0.5, limit_train_batches=2)
     # klue_tc's own keys (patience, compile, the bar) are not Lightning's; the precision is the job's device's
@@ -422,8 +423,8 @@ def test_the_trainer_configs_lightning_flags_reach_the_trainer_as_they_are(tmp_p
 @pytest.mark.parametrize("sweeper", ["basic", "optuna"])
 def test_a_diverged_configuration_is_nan_and_a_failed_trial_under_optuna(tmp_path, sweeper):
     from jobs import compose_job
-    from klue_tc.objective import sweeper_value
-    from klue_tc.records import Describe, FoldResult, RunResult
+    from klue_tc.jobs.sweep_objective import sweeper_value
+    from klue_tc.store.records import Describe, FoldResult, RunResult
 
     compose_job(["hparams_search=optuna"] if sweeper == "optuna" else [], tmp_path / "run")
     fold = FoldResult(

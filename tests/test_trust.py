@@ -17,12 +17,12 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_MODEL, make_headlines, write_tsv
 from jobs import run_cli, run_in_process
-from klue_tc import fingerprint
-from klue_tc.config import validate
-from klue_tc.fingerprint import Choices
-from klue_tc.records import FROM_SCRATCH, RECORD_SCHEMA, SELECTED_ON_SCORED_FOLD, CodeVersion, FoldResult
-from klue_tc.registry import ENCODERS, OBJECTIVES
-from klue_tc.results import ResultsStore
+from klue_tc.core.config import validate
+from klue_tc.core.registry import ENCODERS, OBJECTIVES
+from klue_tc.store import fingerprint
+from klue_tc.store.fingerprint import Choices
+from klue_tc.store.records import FROM_SCRATCH, RECORD_SCHEMA, SELECTED_ON_SCORED_FOLD, CodeVersion, FoldResult
+from klue_tc.store.results import ResultsStore
 
 
 def tiny_job(tmp_path: Path, data: Path, *extra: str) -> list[str]:
@@ -55,7 +55,7 @@ def package_copy(tmp_path: Path) -> Path:
 
 def versions_of(root: Path) -> dict[Choices, str]:
     """The code version of each configuration, read from the package at `root`."""
-    return {c: fingerprint.source_fingerprint(fingerprint.numeric_sources(c, root), root) for c in SCRATCH + PRETRAINED}
+    return {c: fingerprint.source_fingerprint(fingerprint.numeric_sources(c, root)) for c in SCRATCH + PRETRAINED}
 
 
 def changed(before: dict[Choices, str], after: dict[Choices, str]) -> set[Choices]:
@@ -73,26 +73,43 @@ def test_the_code_version_covers_the_numeric_modules_and_the_chosen_variants_onl
         return {str(p.relative_to(fingerprint.PACKAGE_ROOT)) for p in fingerprint.numeric_sources(choices)}
 
     cnn = names(Choices("mecab", "cnn", "cls"))
-    assert {"data.py", "training.py", "module.py", "models/blocks.py", "tokenizers/mecab.py"} <= cnn
+    assert {
+        "data/titles.py",
+        "training/fold.py",
+        "training/module.py",
+        "models/blocks.py",
+        "tokenizers/mecab.py",
+    } <= cnn
     assert {"models/encoders/cnn.py", "models/encoders/transformer.py"} <= cnn  # cnn's config extends it
-    elsewhere = {"run.py", "report/loading.py", "cli_errors.py", "files.py", "config.py", "fingerprint.py"}
-    other_variants = {"models/encoders/trans_blstm.py", "tokenizers/sentencepiece.py", "objectives/mlm.py"}
-    assert not cnn & (elsewhere | other_variants | {"pretraining.py", "corpus.py"})
+    elsewhere = {
+        "jobs/run.py",
+        "report/loading.py",
+        "jobs/cli_errors.py",
+        "core/files.py",
+        "core/config.py",
+        "store/fingerprint.py",
+    }
+    other_variants = {"models/encoders/trans_blstm.py", "tokenizers/sentencepiece.py", "pretraining/objectives/mlm.py"}
+    assert not cnn & (elsewhere | other_variants | {"pretraining/pretrain.py", "data/corpus.py"})
     electra = names(Choices("mecab", "trans_blstm", "blstm", "electra"))
-    assert {"pretraining.py", "objectives/electra.py", "models/replaced_token_detection.py"} <= electra
+    assert {
+        "pretraining/pretrain.py",
+        "pretraining/objectives/electra.py",
+        "pretraining/replaced_token_detection.py",
+    } <= electra
     assert "models/encoders/transformer.py" in electra  # its generator is a Transformer
-    assert "objectives/mlm.py" not in electra
+    assert "pretraining/objectives/mlm.py" not in electra
     assert fingerprint.unplaced_modules() == []
 
 
 def test_log_lines_messages_the_report_and_other_variants_keep_every_code_version(package_copy: Path):
     before = versions_of(package_copy)
-    training, data = package_copy / "training.py", package_copy / "data.py"
+    training, data = package_copy / "training" / "fold.py", package_copy / "data" / "titles.py"
     edit(training, '"fold %d diverged: %s; its record', '"fold %d stopped: its loss diverged (%s); its record')
     edit(training, "    diverged = fit(", '    log.info("fold %d: training", fold)\n    diverged = fit(')
     edit(data, 'f"{name}: damaged {codec.upper()} text at byte', 'f"{name}: broken {codec.upper()} text at byte')
     edit(package_copy / "report" / "loading.py", "def fold_frame", "def fold_frame_renamed")
-    edit(package_copy / "cli_errors.py", "did you mean", "perhaps")
+    edit(package_copy / "jobs" / "cli_errors.py", "did you mean", "perhaps")
     edit(package_copy / "models" / "blocks.py", '"""Sub-layers of the encoder', '"""The sub-layers of the encoder')
     edit(package_copy / "models" / "blocks.py", "# On CPU, SDPA's", "#   On CPU, SDPA's")
     assert versions_of(package_copy) == before
@@ -104,22 +121,46 @@ def test_log_lines_messages_the_report_and_other_variants_keep_every_code_versio
     )
     assert changed(before, versions_of(package_copy)) == {Choices("mecab", "trans_blstm", "cls")}
     before = versions_of(package_copy)
-    edit(package_copy / "pretraining.py", "CLIP_NORM = 1.0", "CLIP_NORM = 0.5")
+    edit(package_copy / "pretraining" / "pretrain.py", "CLIP_NORM = 1.0", "CLIP_NORM = 0.5")
     assert changed(before, versions_of(package_copy)) == set(PRETRAINED)  # from scratch: no pretraining ran
 
 
 def test_changing_a_loss_changes_every_code_version(package_copy: Path):
     before = versions_of(package_copy)
-    edit(package_copy / "module.py", "loss = self.loss(logits, batch", "loss = 1.01 * self.loss(logits, batch")
+    edit(
+        package_copy / "training" / "module.py",
+        "loss = self.loss(logits, batch",
+        "loss = 1.01 * self.loss(logits, batch",
+    )
     assert changed(before, versions_of(package_copy)) == set(before)
+
+
+def test_a_module_moved_or_its_imports_rewritten_keeps_every_code_version(package_copy: Path, tmp_path: Path):
+    before = versions_of(package_copy)
+    edit(
+        package_copy / "training" / "module.py",
+        "from klue_tc.models.schedule import lr_lambda, warmup_steps",
+        "import klue_tc.models.schedule\nfrom klue_tc.models.schedule import lr_lambda\n"
+        "from klue_tc.models.schedule import warmup_steps",
+    )
+    assert versions_of(package_copy) == before
+
+    choice = Choices("mecab", "transformer", "cls", "electra")
+    files = fingerprint.numeric_sources(choice, package_copy)
+    moved = []
+    for number, path in enumerate(reversed(files)):  # each in a folder of its own, listed in another order
+        moved.append(tmp_path / "moved" / f"room{number}" / path.name)
+        moved[-1].parent.mkdir(parents=True)
+        shutil.copy(path, moved[-1])
+    assert fingerprint.source_fingerprint(moved) == before[choice]
 
 
 def test_a_module_the_numeric_code_imports_must_be_placed(package_copy: Path):
     (package_copy / "smoothing.py").write_text("FACTOR = 1.0\n")
     edit(
-        package_copy / "module.py",
-        "from klue_tc.masking import",
-        "from klue_tc.smoothing import FACTOR\nfrom klue_tc.masking import",
+        package_copy / "training" / "module.py",
+        "from klue_tc.pretraining.masking import",
+        "from klue_tc.smoothing import FACTOR\nfrom klue_tc.pretraining.masking import",
     )
     assert fingerprint.unplaced_modules(package_copy) == ["smoothing.py"]
 
@@ -128,8 +169,8 @@ def test_a_type_only_import_is_not_followed_into_a_variants_code(package_copy: P
     cnn = package_copy / "models" / "encoders" / "cnn.py"
     edit(
         cnn,
-        "from klue_tc.registry import ENCODERS\n",
-        "from klue_tc.registry import ENCODERS\n\nif TYPE_CHECKING:\n"
+        "from klue_tc.core.registry import ENCODERS\n",
+        "from klue_tc.core.registry import ENCODERS\n\nif TYPE_CHECKING:\n"
         "    from klue_tc.models.encoders import trans_blstm\n",
     )
     edit(cnn, "from dataclasses import", "from typing import TYPE_CHECKING\nfrom dataclasses import")
@@ -184,7 +225,7 @@ def test_the_store_finds_the_studys_from_scratch_record_as_finished(tmp_path, ce
 
 
 def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path, tiny_tsv, monkeypatch, caplog):
-    from klue_tc import job_setup
+    from klue_tc.jobs import job_setup
 
     run_in_process(tiny_job(tmp_path, tiny_tsv, "cv.fold=0"), tmp_path / "first")
     first = json.loads((tmp_path / "first" / "metrics.json").read_text())
@@ -326,7 +367,7 @@ def test_headlines_written_as_windows_users_do_train(tmp_path):
     path = tmp_path / "windows.tsv"
     path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
     plain = write_tsv(tmp_path / "plain.tsv", rows)
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
 
     assert read_labelled_file(path).fingerprint() == read_labelled_file(plain).fingerprint()
 
@@ -337,7 +378,7 @@ def test_a_folds_files_linked_where_they_already_are_stay_and_concurrent_links_e
     files there at once leave one whole set."""
     import threading
 
-    from klue_tc.files import link_or_copy, link_or_copy_tree
+    from klue_tc.core.files import link_or_copy, link_or_copy_tree
 
     sources = []
     for name in ("a", "b"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs import one_tiny_fold, run_cli, run_in_process
-from klue_tc.errors import DiskFullError, ResourceError
+from klue_tc.core.errors import DiskFullError, ResourceError
 
 STORES = {
     "results.dir": "the results store (results.dir)",

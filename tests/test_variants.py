@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import EXPERIMENTS, REPO, TINY_MODEL
-from klue_tc.config import EncoderConfig
-from klue_tc.errors import ConfigError
-from klue_tc.registry import ENCODERS, Registry
+from klue_tc.core.config import EncoderConfig
+from klue_tc.core.errors import ConfigError
+from klue_tc.core.registry import ENCODERS, Registry
 
 
 def encoders_with(*added: str) -> list[str]:
@@ -71,11 +71,11 @@ def external_distribution(site: Path, module: str, variant: str) -> Path:
 
 PROBE = """
 import json
-from klue_tc.config import validate
-from klue_tc.fingerprint import Choices, version_of
-from klue_tc.registry import ENCODERS, OBJECTIVES
+from klue_tc.core.config import validate
+from klue_tc.store.fingerprint import Choices, version_of
+from klue_tc.core.registry import ENCODERS, OBJECTIVES
 from klue_tc.report.summary import study_order
-from klue_tc.sweeps import compose_sweep, sweep_jobs
+from klue_tc.jobs.sweeps import compose_sweep, sweep_jobs
 
 jobs = {name: sweep_jobs(name) for name in ("paper", "study", "full", "smoke")}
 print(json.dumps({
@@ -96,8 +96,8 @@ print(json.dumps({
 # What a registered variant changes without composing the sweeps (which takes most of PROBE's time).
 VARIANTS_PROBE = """
 import json
-from klue_tc.fingerprint import code_version
-from klue_tc.registry import ENCODERS
+from klue_tc.store.fingerprint import code_version
+from klue_tc.core.registry import ENCODERS
 
 print(json.dumps({"encoders": ENCODERS.names(), "fingerprint": code_version().fingerprint}))
 """
@@ -151,8 +151,8 @@ def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_p
     root = copy_repo(tmp_path / "repo")
     (root / "klue_tc" / "models" / "encoders" / "broken.py").write_text(
         "from torch import nn\n"
-        "from klue_tc.config import EncoderConfig\n"
-        "from klue_tc.registry import ENCODERS\n\n\n"
+        "from klue_tc.core.config import EncoderConfig\n"
+        "from klue_tc.core.registry import ENCODERS\n\n\n"
         "class Mixer(nn.Module):\n"
         "    def __init__(self, d):\n"
         "        super().__init__()\n"
@@ -237,7 +237,7 @@ def test_the_readmes_encoder_trains_and_a_sweep_takes_every_experiment(tmp_path,
 
 
 def test_the_readmes_configuration_table_lists_the_registrys_built_ins():
-    from klue_tc.registry import VARIANT_GROUPS
+    from klue_tc.core.registry import VARIANT_GROUPS
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -259,10 +259,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from klue_tc.config import PretrainConfig
-from klue_tc.masking import pick_tokens
-from klue_tc.objectives import Objective, classifier_encoder
-from klue_tc.registry import OBJECTIVES
+from klue_tc.core.config import PretrainConfig
+from klue_tc.pretraining.masking import pick_tokens
+from klue_tc.pretraining.objectives import Objective, classifier_encoder
+from klue_tc.core.registry import OBJECTIVES
 
 
 @dataclass
@@ -328,21 +328,26 @@ def test_an_objective_is_one_module_and_pretrains_through_the_command_line(tmp_p
 @pytest.mark.parametrize(
     "build, config, missing",
     [
-        (object, "PretrainConfig", "register a subclass of klue_tc.objectives.Objective"),
-        ("Objective", "EncoderConfig", "its config must subclass klue_tc.config.PretrainConfig"),
+        (object, "PretrainConfig", "register a subclass of klue_tc.pretraining.objectives.Objective"),
+        ("Objective", "EncoderConfig", "its config must subclass klue_tc.core.config.PretrainConfig"),
         ("Objective", "PretrainConfig", "set loss_name"),
         ("Named", "PretrainConfig", "define model(run, tokenizer)"),
     ],
 )
 def test_the_objective_contract_is_checked_at_registration(build, config, missing):
-    from klue_tc import config as schemas
-    from klue_tc.objectives import Objective
+    from klue_tc.core import config as schemas
+    from klue_tc.pretraining.objectives import Objective
 
     class Named(Objective):
         loss_name = "named loss"
 
     builds = {"Objective": type("Bare", (Objective,), {}), "Named": Named}
-    registry = Registry("objective", "klue_tc.objectives", (), check="klue_tc.objectives:check_objective_variant")
+    registry = Registry(
+        "objective",
+        "klue_tc.pretraining.objectives",
+        (),
+        check="klue_tc.pretraining.objectives:check_objective_variant",
+    )
     with pytest.raises(ConfigError, match=re.escape(missing)):
         registry.register("odd", getattr(schemas, config))(builds.get(build, build))
     assert "odd" not in registry._variants

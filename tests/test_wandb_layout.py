@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from conftest import TINY_MODEL
 from jobs import compose_job, run_in_process
-from klue_tc.config import validate
-from klue_tc.records import Describe, FoldResult, RunResult
+from klue_tc.core.config import validate
+from klue_tc.store.records import Describe, FoldResult, RunResult
 
 
 class FakeRun:
@@ -80,7 +80,7 @@ def test_an_interrupted_fold_finishes_its_wandb_run_as_failed_under_its_own_name
         raise KeyboardInterrupt  # Lightning turns it into sys.exit(1) after its own clean-up
 
     monkeypatch.setattr(Run, "finish", recording_finish)
-    monkeypatch.setattr("klue_tc.callbacks.FoldMonitor.on_validation_end", ctrl_c)
+    monkeypatch.setattr("klue_tc.training.callbacks.FoldMonitor.on_validation_end", ctrl_c)
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit):
         run_in_process(tiny_job(tmp_path, headlines_tsv, "logger=wandb", "trainer.max_epochs=2"), run_dir)
@@ -90,7 +90,7 @@ def test_an_interrupted_fold_finishes_its_wandb_run_as_failed_under_its_own_name
 
 
 def test_a_sweep_has_a_group_and_an_aggregate_run_per_configuration_beside_its_report_run(tmp_path, fake_wandb):
-    from klue_tc.job_setup import wandb_group
+    from klue_tc.jobs.job_setup import wandb_group
     from klue_tc.report.sweep_callback import SweepReportCallback
 
     cfg = compose_job(["+experiment=transformer", "sweep=smoke"], tmp_path / "job")
@@ -125,7 +125,7 @@ def test_a_sweep_has_a_group_and_an_aggregate_run_per_configuration_beside_its_r
 def test_one_line_says_how_to_view_and_upload_every_offline_run(tmp_path, caplog):
     """A job's fold runs, pretraining and aggregate are one line, not a `wandb sync` line each; a
     sweep's runs, in its jobs' folders, are one line too."""
-    from klue_tc.loggers import offline_runs_line
+    from klue_tc.jobs.loggers import offline_runs_line
 
     run = tmp_path / "run"
     for name in ("offline-run-20260101_120000-aaa", "offline-run-20260101_120100-bbb"):
@@ -142,8 +142,8 @@ def test_one_line_says_how_to_view_and_upload_every_offline_run(tmp_path, caplog
 def test_an_aggregate_made_again_replaces_its_earlier_offline_run(tmp_path):
     """A sweep re-run makes its configurations' aggregate runs again from the same records: offline,
     each replaces the one before instead of piling up beside it."""
-    from klue_tc.config import WandbConfig
-    from klue_tc.loggers import log_aggregate
+    from klue_tc.core.config import WandbConfig
+    from klue_tc.jobs.loggers import log_aggregate
 
     record = FoldResult(0, 0.5, 0.6, 1, 1, 100.0, 1.0, 2.0, 40, 10, None, "")
     result = RunResult(Describe("cnn", "cnn", "post", 2, "cls", "sentencepiece"), "k1", "smoke", 2, [record])

@@ -23,7 +23,7 @@ from hydra.core.utils import run_job, setup_globals
 from hydra.errors import CompactHydraException
 from omegaconf import open_dict
 
-from klue_tc import interrupts
+from klue_tc.core import interrupts
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 

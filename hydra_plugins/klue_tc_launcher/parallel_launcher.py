@@ -28,8 +28,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from klue_tc.errors import KlueTcError
-from klue_tc.interrupts import JobInterrupted
+from klue_tc.core.errors import KlueTcError
+from klue_tc.core.interrupts import JobInterrupted
 
 from ._workers import (
     THREAD_VARS,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from klue_tc.config import EVAL_BATCH_SIZE
-from klue_tc.errors import KlueTcError
+from klue_tc.core.config import EVAL_BATCH_SIZE
+from klue_tc.core.errors import KlueTcError
 
 if TYPE_CHECKING:
     from klue_tc.ensemble.stage import Ensemble
@@ -34,7 +34,7 @@ def is_artefact(directory: str | Path) -> bool:
 
 
 def neural_folds(member, target: Path, folder: str) -> list[dict]:
-    from klue_tc.files import link_or_copy, link_or_copy_tree
+    from klue_tc.core.files import link_or_copy, link_or_copy_tree
 
     folds = []
     for record in member.folds:
@@ -50,7 +50,7 @@ def neural_folds(member, target: Path, folder: str) -> list[dict]:
 
 
 def linear_folds(member, target: Path, folder: str) -> list[dict]:
-    from klue_tc.files import link_or_copy
+    from klue_tc.core.files import link_or_copy
 
     folds = []
     (target / folder).mkdir(parents=True)

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from klue_tc.config import EVAL_BATCH_SIZE, WandbConfig
+from klue_tc.core.config import EVAL_BATCH_SIZE, WandbConfig
+from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, METRICS, PATIENCE
-from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
 
 ARTEFACT_DIR = "ensemble-model"  # the artefact's default place, in the directory reported on
 

@@ -1,4 +1,4 @@
-"""The linear baselines (klue_tc/baseline.py) as ensemble members, on the runs' own titles and folds.
+"""The linear baselines (klue_tc/training/baseline.py) as ensemble members, on the runs' own titles and folds.
 
 Each fold's model is fitted as the report's baseline is (on the training fold less its inner split,
 its setting chosen on that split), and its probabilities are the softmax of its decision scores at
@@ -21,11 +21,11 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from klue_tc.baseline import BASELINES, LinearBaseline, fit_choosing_c, runs_titles
+from klue_tc.core.files import atomic_write, atomic_write_json
 from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.members import LINEAR, Member, Titles
-from klue_tc.files import atomic_write, atomic_write_json
-from klue_tc.records import FoldPredictions, TitlePredictions
+from klue_tc.store.records import FoldPredictions, TitlePredictions
+from klue_tc.training.baseline import BASELINES, LinearBaseline, fit_choosing_c, runs_titles
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def fit_fold(
     classes: Optional[int] = None,
 ) -> tuple[Any, Any, Optional[float], float]:
     """(model, setting, inner F1, temperature) for one training fold's titles."""
-    from klue_tc.data import inner_split
+    from klue_tc.data.titles import inner_split
 
     if inner_fraction is None:  # runs of older code chose on the scored fold: the default setting, no split
         return baseline.pipeline().fit(texts, labels), baseline.default_c, None, 1.0
@@ -93,7 +93,7 @@ def fit_fold(
 
 def fit_titles(recipe: Any, data: Any, fold: int) -> np.ndarray:
     """The rows a fold model learns from: its training fold less the inner split, as the runs'."""
-    from klue_tc.data import inner_split, title_folds
+    from klue_tc.data.titles import inner_split, title_folds
 
     train = title_folds(data, recipe.cv.folds, recipe.cv.seed)[fold][0]
     if recipe.inner_fraction is None:
@@ -118,7 +118,7 @@ class LinearStore:
     def compute(self, recipe: Any, data: Any) -> None:
         import joblib
 
-        from klue_tc.data import title_folds
+        from klue_tc.data.titles import title_folds
 
         log.warning("fitting %s on the runs' %d folds (kept in %s)", self.baseline.name, recipe.cv.folds, self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -222,7 +222,7 @@ def linear_members(
     """The baselines' members on the runs' titles and folds (`recipe`, their config.yaml), where
     those are the titles `titles` names; else none, and the line saying why. `models`: every fold
     model's file must be there (to serve or score new titles)."""
-    from klue_tc.errors import KlueTcError
+    from klue_tc.core.errors import KlueTcError
 
     if recipe is None:
         return [], ["no linear baseline: the runs name no common data file and folds (their config.yaml)"]

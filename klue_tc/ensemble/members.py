@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from klue_tc.ensemble.calibration import logits_of, tempered
-from klue_tc.records import FoldResult, TitlePredictions
+from klue_tc.store.records import FoldResult, TitlePredictions
 
 NEURAL, LINEAR = "neural", "linear"
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import pandas as pd
 
-from klue_tc.config import WandbConfig
+from klue_tc.core.config import WandbConfig
 from klue_tc.ensemble.members import LINEAR
 from klue_tc.ensemble.scoring import signed
 from klue_tc.ensemble.selection import F1, macro_f1_of
@@ -198,7 +198,7 @@ def write_files(ensemble: Ensemble, command: str) -> list[Path]:
 
 def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]) -> None:
     """One W&B run holding the tables; a failure is one warning: the files are the record."""
-    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+    from klue_tc.jobs.loggers import finish_wandb_run, open_wandb_run
     from klue_tc.report.wandb_run import for_wandb
 
     directory = ensemble.directory

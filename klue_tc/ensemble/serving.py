@@ -9,15 +9,15 @@ from typing import Sequence
 
 import numpy as np
 
-from klue_tc.config import EVAL_BATCH_SIZE
+from klue_tc.core.config import EVAL_BATCH_SIZE
 
 
 def neural_fold_probs(
     checkpoint: Path, tokenizer_dir: Path, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE
 ) -> np.ndarray:
-    from klue_tc.inference import default_device, predict_probs
-    from klue_tc.module import TopicClassifierModule
     from klue_tc.tokenizers import load_tokenizer
+    from klue_tc.training.inference import default_device, predict_probs
+    from klue_tc.training.module import TopicClassifierModule
 
     device = default_device()
     module = TopicClassifierModule.load_from_checkpoint(str(checkpoint), map_location=device)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from klue_tc.records import FoldResult
+from klue_tc.store.records import FoldResult
 
 
 def named_stores(directory: Path) -> list[Path]:

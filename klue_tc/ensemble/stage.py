@@ -12,14 +12,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from klue_tc.config import EVAL_BATCH_SIZE
-from klue_tc.data import LABEL_NAMES
+from klue_tc.core.config import EVAL_BATCH_SIZE
+from klue_tc.core.errors import KlueTcError
+from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.ensemble.calibration import fit_temperature, logits_of
 from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
 from klue_tc.ensemble.scoring import Difference, PairedTitles
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
-from klue_tc.errors import KlueTcError
-from klue_tc.records import FoldResult
+from klue_tc.store.records import FoldResult
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def rescored_on(
 ) -> tuple[np.ndarray, str]:
     """Every member's fold models on the titles of `path` (labelled): their probabilities replace
     the records' validation ones; a member whose models are not on disk is left unscored."""
-    from klue_tc.data import read_labelled_file
+    from klue_tc.data.titles import read_labelled_file
     from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
 
     titles = read_labelled_file(path, label_names=label_names)

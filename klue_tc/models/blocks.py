@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from klue_tc.config import FFNActivation
+from klue_tc.core.config import FFNActivation
 
 # On CPU, SDPA's flash kernel is slower than its math path for titles this short (docs/speed.md).
 _CPU_ATTENTION = [SDPBackend.MATH]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from klue_tc.config import EncoderConfig, HeadConfig
+from klue_tc.core.config import EncoderConfig, HeadConfig
 from klue_tc.models.encoder import Encoder
 from klue_tc.models.heads import build_head
 

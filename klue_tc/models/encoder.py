@@ -8,10 +8,10 @@ import math
 import torch
 from torch import nn
 
-from klue_tc.config import EncoderConfig, LayerNormPlacement, PositionKind
-from klue_tc.errors import ConfigError
+from klue_tc.core.config import EncoderConfig, LayerNormPlacement, PositionKind
+from klue_tc.core.errors import ConfigError
+from klue_tc.core.registry import ENCODERS, Variant
 from klue_tc.models.blocks import Residual, SelfAttention
-from klue_tc.registry import ENCODERS, Variant
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from klue_tc.config import HeadConfig
+from klue_tc.core.config import HeadConfig
+from klue_tc.core.registry import HEADS
 from klue_tc.models.blocks import packed_lstm
-from klue_tc.registry import HEADS
 
 
 def mlp(d_in: int, hidden: int, classes: int, dropout: float) -> nn.Sequential:

@@ -12,10 +12,10 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from klue_tc.records import FoldResult
 from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
 from klue_tc.report.sections import Section, configurations, ranked_by_cv
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
+from klue_tc.store.records import FoldResult
 
 AHEAD, BEHIND, TIED = "ahead", "behind", "tied"
 WORDING = {AHEAD: "ahead of", BEHIND: "behind", TIED: "tied with"}  # "<verdict> <baseline>"

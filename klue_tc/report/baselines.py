@@ -1,4 +1,4 @@
-"""The linear baselines (klue_tc/baseline.py) on the runs' own titles and folds, side by side."""
+"""The linear baselines (klue_tc/training/baseline.py) on the runs' own titles and folds, side by side."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from klue_tc.report.sections import Section
 def linear_baselines(recipe: Optional[Recipe], directory: Path) -> list[dict]:
     """Every linear baseline's scores (summary.baseline_scores) on the runs' folds; those that
     could not be scored are left out (with a warning)."""
-    from klue_tc.baseline import BASELINES
     from klue_tc.report.summary import baseline_scores
+    from klue_tc.training.baseline import BASELINES
 
     if recipe is None:
         return []

@@ -19,7 +19,6 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.effects import REFERENCES, Effect
 from klue_tc.report.grid_model import (
     CONFIDENCE,
@@ -30,6 +29,7 @@ from klue_tc.report.grid_model import (
     signed,
 )
 from klue_tc.report.replicates import backing
+from klue_tc.store.records import FROM_SCRATCH
 
 REPRODUCED, REFUTED, INCONCLUSIVE, YES, NO = "reproduced", "refuted", "inconclusive", "yes", "no"
 SHARP_DROP = 0.02  # two points of macro-F1: well above fold noise, the least a fall called "sharp" can mean

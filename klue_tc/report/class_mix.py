@@ -16,11 +16,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from klue_tc.errors import KlueTcError
-from klue_tc.records import FoldResult
+from klue_tc.core.errors import KlueTcError
 from klue_tc.report.loading import Recipe
 from klue_tc.report.per_class import validation_matrices
 from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.store.records import FoldResult
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def importance_weights(train_counts: np.ndarray, validation_counts: np.ndarray) 
 
 def class_counts(recipe: Recipe) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(class names, the runs' training titles per class, the validation file's titles per class)."""
-    from klue_tc.data import stratified_subsample, training_titles, validation_titles
+    from klue_tc.data.titles import stratified_subsample, training_titles, validation_titles
 
     data = stratified_subsample(training_titles(recipe.data, announce_fallback=False), recipe.data.limit, recipe.seed)
     validation = validation_titles(recipe.data, data.label_names)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from klue_tc.config import WandbConfig
-from klue_tc.errors import USER_ERROR_EXIT, KlueTcError
+from klue_tc.core.config import WandbConfig
+from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError
 
 # The files a report writes beside report.md, where it has something to say in them.
 REPORT_FILES = ("report.csv", "effects.csv", "interactions.csv", "claims.md")

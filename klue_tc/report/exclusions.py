@@ -1,6 +1,6 @@
 """Configurations left out of the report's comparisons: only by rules the runs declared before they ran.
 
-A sweep file declares them under `report.exclude` (klue_tc/config.py ExclusionConfig: named rules with
+A sweep file declares them under `report.exclude` (klue_tc/core/config.py ExclusionConfig: named rules with
 their parameters, none by default); every job writes its resolved config, the declaration with it,
 into its run directory and (once per configuration, when its first fold is stored) into the results
 store, and the report reads them there. No declaration: nothing is left out. Declarations that
@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 from omegaconf import OmegaConf
 
-from klue_tc.config import ExclusionConfig, ReportConfig
+from klue_tc.core.config import ExclusionConfig, ReportConfig
 
 log = logging.getLogger(__name__)
 

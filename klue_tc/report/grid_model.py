@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from klue_tc.config import GRID_FACTORS
+from klue_tc.core.config import GRID_FACTORS
 from klue_tc.report.replicates import REPLICATE
 
 CONFIDENCE = 0.95

@@ -21,12 +21,12 @@ from typing import Callable, Mapping, Optional
 
 import pandas as pd
 
-from klue_tc.records import FROM_SCRATCH
 from klue_tc.report.claims import METRIC_TITLES
 from klue_tc.report.effects import REFERENCES, title_interval
 from klue_tc.report.grid_model import CONFIDENCE, Contrast, Grid, MatchedSets, family_confidence, matched_sets
 from klue_tc.report.replicates import backing
 from klue_tc.report.title_bootstrap import TitleBootstrap, for_metric
+from klue_tc.store.records import FROM_SCRATCH
 
 INTERACTION_COLUMNS = [
     "metric",

@@ -1,4 +1,4 @@
-"""The report's input: fold records (klue_tc.records' typed loaders) and the runs' settings (the typed schemas).
+"""The report's input: fold records (klue_tc.store.records' typed loaders) and the runs' settings (the typed schemas).
 
 Every `metrics.json` and results-store record below a folder is read; fold records are merged by
 `config_hash` (a fold seen twice counts once).
@@ -17,16 +17,16 @@ import pandas as pd
 import yaml
 from omegaconf import OmegaConf
 
-from klue_tc.config import CVConfig, DataConfig, TrainerConfig
-from klue_tc.errors import KlueTcError
-from klue_tc.records import FoldResult, RunResult
+from klue_tc.core.config import CVConfig, DataConfig, TrainerConfig
+from klue_tc.core.errors import KlueTcError
 from klue_tc.report.replicates import REPLICATE, grouped, pretraining_seed
+from klue_tc.store.records import FoldResult, RunResult
 
 log = logging.getLogger(__name__)
 
 DESCRIBE = ["tokenizer", "encoder", "ln", "head", "layers"]
 # What names a cell of the grid: the table's columns and the encoder's starting point (every record
-# has one: klue_tc.records reads older records, made before self-pretraining, as from scratch).
+# has one: klue_tc.store.records reads older records, made before self-pretraining, as from scratch).
 GRID = [*DESCRIBE, "pretrain"]
 # Hydra's Optuna sweeper writes the study's best trial here, in the sweep directory.
 OPTUNA_RESULTS = "optimization_results.yaml"
@@ -101,7 +101,7 @@ def store_roots(directory: Path) -> list[Path]:
 
 def stored_rows(directory: Path) -> list[dict]:
     """Rows from the results-store records below `directory` (those that name their configuration)."""
-    from klue_tc.results import CONFIG_FILE, ResultsStore
+    from klue_tc.store.results import CONFIG_FILE, ResultsStore
 
     rows, seeds = [], {}
     for root in store_roots(directory):
@@ -117,7 +117,7 @@ def stored_rows(directory: Path) -> list[dict]:
 
 def config_seed(path: Path) -> int:
     """A run's `seed` as its config.yaml says (the schema's default where it is unreadable or silent)."""
-    from klue_tc.config import RunConfig
+    from klue_tc.core.config import RunConfig
 
     config = read_config(path) if path.is_file() else None
     seed = (config or {}).get("seed", RunConfig.seed)
@@ -130,7 +130,7 @@ def fold_records(directory: str | Path) -> list[FoldResult]:
     sizes and, from a results store, per-title predictions. Diverged folds are left out."""
     from dataclasses import replace
 
-    from klue_tc.results import ResultsStore
+    from klue_tc.store.results import ResultsStore
 
     directory = Path(directory)
     found: dict[tuple[str, int], FoldResult] = {}
@@ -178,7 +178,7 @@ def fold_row(describe: dict, record: FoldResult, run_seed: int) -> dict:
 
 def class_count(record: FoldResult) -> int:
     """A validation score names every class it scored; without one, the labels YNAT has."""
-    from klue_tc.data import NUM_CLASSES
+    from klue_tc.data.titles import NUM_CLASSES
 
     return len(record.validation.per_class_f1) if record.validation and record.validation.per_class_f1 else NUM_CLASSES
 
@@ -251,7 +251,7 @@ def recipe_files(directory: Path) -> list[Path]:
     """The config.yaml of every finished run below `directory` (beside its metrics.json) and of every
     configuration with records in a results store there; not those of a run stopped before it
     finished (no record of its settings is in the report), nor Hydra's and W&B's copies."""
-    from klue_tc.results import CONFIG_FILE
+    from klue_tc.store.results import CONFIG_FILE
 
     runs = [path.parent / "config.yaml" for path in directory.rglob("metrics.json") if not is_final_model(path)]
     stored = [
@@ -314,7 +314,7 @@ def optuna_best(directory: Path) -> Optional[OptunaBest]:
 
 def configs_in_store(root: Path) -> dict[str, Any]:
     """Each configuration's resolved config in a results store, by its key."""
-    from klue_tc.results import CONFIG_FILE
+    from klue_tc.store.results import CONFIG_FILE
 
     configs = {}
     for path in sorted(root.glob(f"*/{CONFIG_FILE}")):

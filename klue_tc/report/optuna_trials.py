@@ -15,7 +15,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from klue_tc.records import RunResult
+from klue_tc.store.records import RunResult
 
 log = logging.getLogger(__name__)
 

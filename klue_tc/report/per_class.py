@@ -11,9 +11,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from klue_tc.records import FoldResult
-from klue_tc.report.output import save_figure
+from klue_tc.core.figures import save_figure
 from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.store.records import FoldResult
 
 BEST_FOR_CLASSES, BEST_FOR_CURVES = 5, 3
 
@@ -82,7 +82,7 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
         ),
         "",
     ]
-    from klue_tc.report.plots import plot_confusion
+    from klue_tc.core.figures import plot_confusion
 
     designs = configurations(records)
     plots = [

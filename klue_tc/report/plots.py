@@ -1,5 +1,5 @@
 """The figures of runs and reports: F1 by layer count, the whole grid as heatmaps, the marginal
-effects as a forest plot, confusion matrices.
+effects as a forest plot (a run's confusion matrix: klue_tc/core/figures.py).
 
 All use matplotlib's object API (Figure renders with Agg), so no display or pyplot state is involved.
 A cell far below (or above) the rest, such as a configuration that learnt nothing, is drawn beside
@@ -8,18 +8,16 @@ the scale rather than stretching it (robust_range), so that the other cells stay
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import textwrap
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from klue_tc.report.output import save_figure
+from klue_tc.core.figures import save_figure
 
 EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 # What a heatmap's colour bar says its colours are, by the summary column drawn.
@@ -77,35 +75,9 @@ def draw_beside_axis(ax, x, y, low: float, high: float, **style) -> None:
         ax.annotate(f"{yi:.3f}", (xi, edge), textcoords="offset points", xytext=(6, 0), va=va, fontsize="x-small")
 
 
-@functools.cache
-def hangul_family() -> Optional[str]:
-    """A font family with Hangul, so that class names are drawn as they are: an installed one, else
-    NanumGothic from the koreanize-matplotlib package (a dependency; its file is added, not the
-    package imported, whose import would change every figure's font)."""
-    from matplotlib import font_manager
-
-    for font in font_manager.fontManager.ttflist:
-        if "Nanum" in font.name or "Noto Sans KR" in font.name or "Noto Sans CJK" in font.name:
-            return font.name
-    spec = importlib.util.find_spec("koreanize_matplotlib")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "fonts" / "NanumGothic.ttf"
-    if not path.is_file():
-        return None
-    font_manager.fontManager.addfont(str(path))
-    return font_manager.FontProperties(fname=str(path)).get_name()
-
-
-def hangul_text() -> matplotlib.rc_context:
-    """Latin text in matplotlib's font, Hangul from hangul_family's (matplotlib falls back glyph by glyph)."""
-    family = hangul_family()
-    return matplotlib.rc_context({"font.family": ["DejaVu Sans", family] if family else ["DejaVu Sans"]})
-
-
 def encoder_colour(encoder: str) -> str:
     """One colour per encoder, the same in every figure: the registry's (the study's) order."""
-    from klue_tc.registry import ENCODERS
+    from klue_tc.core.registry import ENCODERS
 
     names = ENCODERS.names()
     return f"C{names.index(encoder) % 10}" if encoder in names else f"C{len(names) % 10}"
@@ -222,27 +194,6 @@ def plot_f1_by_layers(
     # One legend beside the panels, so that it covers no line and keys each style once.
     design_legend(fig, summary, baseline_keys(baselines), [("fold ensemble", "x")] if second else [])
     return save_figure(fig, path)
-
-
-def plot_confusion(matrix, labels: Sequence[str], path: str | Path, title: str = "") -> Path:
-    """Rows the true class, coloured by the share of its titles each predicted class got (labelled
-    colour bar) and annotated with the counts; the classes by their names, in every figure alike."""
-    matrix = np.asarray(matrix)
-    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
-    with hangul_text():
-        fig = Figure(figsize=(7.5, 6), layout="constrained")
-        ax = fig.subplots()
-        image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
-        for (i, j), count in np.ndenumerate(matrix):
-            colour = "white" if shares[i, j] > 0.6 else "black"
-            ax.text(j, i, str(count), ha="center", va="center", fontsize="small", color=colour)
-        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-        ax.set_yticks(range(len(labels)), labels)
-        ax.set(xlabel="predicted class", ylabel="true class", title=title)
-        ax.title.set_fontsize("small")
-        fig.colorbar(image, ax=ax, label="share of the true class's titles")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return save_figure(fig, path)
 
 
 # The smallest heatmap height (inches) that leaves room for the colour bar's label on a grid of one row.

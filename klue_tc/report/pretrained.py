@@ -8,10 +8,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from klue_tc.frequency_plateau import PLATEAU_NATS, plateau_warning
-from klue_tc.records import FoldResult
+from klue_tc.pretraining.frequency_plateau import PLATEAU_NATS, plateau_warning
 from klue_tc.report.sections import Section, by_design, layer_table
 from klue_tc.report.speed import machine, machine_name
+from klue_tc.store.records import FoldResult
 
 
 def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:

@@ -471,9 +471,9 @@ def job_time(seconds: float) -> str:
 
 
 def selection_line(folds: pd.DataFrame) -> str:
-    """How each fold's CV F1 was chosen, from the records (klue_tc.records reads older ones as chosen
+    """How each fold's CV F1 was chosen, from the records (klue_tc.store.records reads older ones as chosen
     on the scored fold)."""
-    from klue_tc.records import SELECTED_ON_INNER_SPLIT
+    from klue_tc.store.records import SELECTED_ON_INNER_SPLIT
 
     inner = int((folds["selected_on"] == SELECTED_ON_INNER_SPLIT).sum())
     rule = (

@@ -16,7 +16,7 @@ from typing import Optional
 
 import pandas as pd
 
-from klue_tc.records import FROM_SCRATCH, Describe, FoldResult
+from klue_tc.store.records import FROM_SCRATCH, Describe, FoldResult
 
 REPLICATE = "replicate"  # the fold frame's column: the pretraining seed (NaN: from scratch)
 RECORD_KEY = "record_key"  # the fold frame's column: the record's own key (config_hash names its cell)

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
-from klue_tc.records import FoldResult
+from klue_tc.store.records import FoldResult
 
 DESIGN = ["tokenizer", "encoder", "ln", "head", "layers", "pretrain"]
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from klue_tc.config import CVConfig, DataConfig, RunConfig, TrainerConfig, keyed_settings
-from klue_tc.errors import KlueTcError
+from klue_tc.core.config import CVConfig, DataConfig, RunConfig, TrainerConfig, keyed_settings
+from klue_tc.core.errors import KlueTcError
 from klue_tc.report.loading import read_config
 
 SHARED_SECTIONS = {"data": DataConfig(), "cv": CVConfig(), "trainer": TrainerConfig()}

@@ -1,7 +1,7 @@
 """How big each configuration is (embedding and non-embedding parameters, FLOPs per title), and its
 F1 against its size: so that a reader sees whether a "better" encoder is just a bigger one.
 
-Records of newer code carry their size (klue_tc/model_size.py measured it while training); for
+Records of newer code carry their size (klue_tc/training/model_size.py measured it while training); for
 older ones the model is built again from the configuration's config.yaml, with its first fold's
 tokenizer (fitted as training fitted it, or read from the tokenizer cache) and that fold's titles
 for the typical length. Building a model costs well under a second; the tokenizer is fitted once
@@ -14,15 +14,14 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from klue_tc.errors import KlueTcError
-from klue_tc.records import FoldResult, ModelSize
-from klue_tc.report.output import save_figure
+from klue_tc.core.errors import KlueTcError
+from klue_tc.core.figures import save_figure
 from klue_tc.report.sections import Section, configuration_scores, configurations
+from klue_tc.store.records import FoldResult, ModelSize
 
 log = logging.getLogger(__name__)
 
@@ -51,50 +50,6 @@ def recorded_sizes(records: Sequence[FoldResult]) -> pd.DataFrame:
     return frame.round({"params_embedding": 0, "params_non_embedding": 0}).assign(size_source=RECORDED)
 
 
-class ModelBuilder:
-    """Builds a configuration's classifier from its resolved config as training built it, and
-    measures it; the training titles and each fold's tokenizer are read once and kept."""
-
-    def __init__(self) -> None:
-        self._titles: dict[str, Any] = {}
-        self._tokenizers: dict[str, tuple[Any, np.ndarray]] = {}
-
-    def size(self, config: dict, fold: int = 0) -> ModelSize:
-        from klue_tc.config import validate
-        from klue_tc.model_size import measure
-        from klue_tc.models.classifier import build_classifier
-
-        run = validate(config)
-        data, (train_idx, val_idx) = self._fold(run, fold)
-        tokenizer, lengths = self._tokenizer(run, data, train_idx, val_idx)
-        model = build_classifier(tokenizer.vocab_size, tokenizer.specials.pad, run.encoder, run.head, data.num_classes)
-        return measure(model, lengths, tokenizer.specials.cls)
-
-    def _fold(self, run, fold: int):
-        from klue_tc.data import stratified_subsample, title_folds, training_titles
-
-        key = repr((run.data.path, run.data.title_column, run.data.label_column, run.data.labels, run.data.limit))
-        key += repr((run.seed, run.cv.folds, run.cv.seed))
-        if key not in self._titles:
-            data = stratified_subsample(training_titles(run.data, announce_fallback=False), run.data.limit, run.seed)
-            self._titles[key] = (data, title_folds(data, run.cv.folds, run.cv.seed))
-        data, folds = self._titles[key]
-        return data, folds[fold]
-
-    def _tokenizer(self, run, data, train_idx: np.ndarray, val_idx: np.ndarray):
-        from klue_tc.tokenizers import TokenizerCache
-        from klue_tc.tokenizers.cache import tokenizer_key
-
-        train = data.subset(train_idx)
-        key = tokenizer_key(run.tokenizer, train.fingerprint())
-        if key not in self._tokenizers:
-            cache = TokenizerCache(run.data.cache_dir)
-            tokenizer, key = cache.tokenizer(run.tokenizer, train.texts, train.fingerprint())
-            encoded = cache.encoded(tokenizer, key, data.texts, data.fingerprint())
-            self._tokenizers[key] = (tokenizer, encoded.take(val_idx).lengths)
-        return self._tokenizers[key]
-
-
 def measured_sizes(
     records: Sequence[FoldResult], configs: dict[str, Any], size_of: Optional[Callable[[dict, int], ModelSize]] = None
 ) -> tuple[pd.DataFrame, list[str]]:
@@ -102,7 +57,10 @@ def measured_sizes(
     key) on its first fold; and a line per configuration that could not be built, saying why."""
     from omegaconf import OmegaConf
 
-    size_of = size_of or ModelBuilder().size
+    if size_of is None:
+        from klue_tc.training.model_size import ModelBuilder
+
+        size_of = ModelBuilder().size
     first_fold = {}
     for r in sorted(records, key=lambda r: r.fold):
         if r.model_size is None:
@@ -144,7 +102,7 @@ def configuration_sizes(
     a size found once stands; building a hundred models takes minutes on a busy CPU)."""
     import json
 
-    from klue_tc.files import atomic_write_text, read_json_cache
+    from klue_tc.core.files import atomic_write_text, read_json_cache
     from klue_tc.report.loading import configs_in_store, store_roots
 
     recorded = recorded_sizes(records)

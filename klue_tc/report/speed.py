@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from klue_tc.records import FoldResult
 from klue_tc.report.sections import Section, by_design, layer_table
+from klue_tc.store.records import FoldResult
 
 
 def machine(record: FoldResult) -> str:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Optional
 
 import pandas as pd
 
-from klue_tc.errors import KlueTcError
+from klue_tc.core.errors import KlueTcError
 from klue_tc.report.loading import DESCRIBE, GRID, OPTUNA_RESULTS, OptunaBest, Recipe
 from klue_tc.report.replicates import is_replicated, replicate_means, seeds
 from klue_tc.report.title_bootstrap import TitleBootstrap
 
 if TYPE_CHECKING:  # scikit-learn is slow to import: only when a baseline is scored
-    from klue_tc.baseline import LinearBaseline
+    from klue_tc.training.baseline import LinearBaseline
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ CSV_COLUMNS = [
 
 def study_order() -> dict[str, int]:
     """Rows and panels follow the registries' order (the study's); anything else sorts after."""
-    from klue_tc.registry import VARIANT_GROUPS
+    from klue_tc.core.registry import VARIANT_GROUPS
 
     names = [n for registry in VARIANT_GROUPS.values() for n in registry.names()] + ["post", "pre", "none"]
     return {name: i for i, name in enumerate(names)}
@@ -218,7 +218,7 @@ def baseline_scores(recipe: Recipe, directory: Path, baseline: Optional[LinearBa
     """A linear baseline's mean over the folds the runs used (default: TF-IDF + SVM):
     {name, f1, f1_std, validation_f1, folds, C, validation_confusion (one matrix per fold),
     predictions (per fold, its per-title predictions: PREDICTION_KEYS)}."""
-    from klue_tc.baseline import TFIDF_SVM, score_on_folds
+    from klue_tc.training.baseline import TFIDF_SVM, score_on_folds
 
     baseline = baseline or TFIDF_SVM
     try:

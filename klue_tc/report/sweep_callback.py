@@ -20,7 +20,7 @@ class SweepReportCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         to_wandb, settings = config.logger.name == "wandb", None
         if to_wandb:
-            from klue_tc.loggers import log_sweep_aggregates
+            from klue_tc.jobs.loggers import log_sweep_aggregates
 
             settings = wandb_settings(config.logger.wandb)  # the sweep's logger.wandb node, typed by its schema
             log_sweep_aggregates(sweep_dir, settings)
@@ -30,7 +30,7 @@ class SweepReportCallback(Callback):
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
             return
         if to_wandb:
-            from klue_tc.loggers import offline_runs_line
+            from klue_tc.jobs.loggers import offline_runs_line
 
             if line := offline_runs_line(sweep_dir):
                 print(line, flush=True)

@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from klue_tc.records import FoldResult
 from klue_tc.report.grid_model import CONFIDENCE
+from klue_tc.store.records import FoldResult
 
 RESAMPLES = 1000
 METHOD = f"crossed bootstrap over folds × validation titles ({RESAMPLES} resamples, percentile)"

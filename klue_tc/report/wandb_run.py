@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional
 import pandas as pd
 from omegaconf import OmegaConf
 
-from klue_tc.config import WandbConfig
+from klue_tc.core.config import WandbConfig
 from klue_tc.report.claims import Claim
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def log_report_run(
     group: Optional[str],
 ) -> None:
     """One W&B run holding the report; a failure is one warning, never fatal: the files are the report."""
-    from klue_tc.loggers import finish_wandb_run, open_wandb_run
+    from klue_tc.jobs.loggers import finish_wandb_run, open_wandb_run
 
     run = open_wandb_run(
         settings, directory, f"report-{group or directory.name}", group, "report", replaces_earlier=True

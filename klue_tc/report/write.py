@@ -10,7 +10,6 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from klue_tc.records import FROM_SCRATCH, FoldResult
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
@@ -31,6 +30,7 @@ from klue_tc.report.sections import Section
 from klue_tc.report.settings import refuse_mixed_settings
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 from klue_tc.report.title_bootstrap import TitleBootstrap, scored_predictions, validation_predictions
+from klue_tc.store.records import FROM_SCRATCH, FoldResult
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from klue_tc.checksums import checked_json, require_checksum, sha256_of, with_checksum
-from klue_tc.config import TokenizerConfig, keyed_settings
-from klue_tc.data import normalise_title
-from klue_tc.files import atomic_write_text
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.checksums import checked_json, require_checksum, sha256_of, with_checksum
+from klue_tc.core.config import TokenizerConfig, keyed_settings
+from klue_tc.core.files import atomic_write_text
+from klue_tc.core.registry import TOKENIZERS
+from klue_tc.tokenizers.normalisation import normalise_title
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 META_FILE = "tokenizer.json"

@@ -14,12 +14,12 @@ from typing import Sequence
 
 import numpy as np
 
-from klue_tc.config import TokenizerConfig
-from klue_tc.data import TEXT_NORMALISATION
-from klue_tc.errors import DamagedFileError
-from klue_tc.files import atomic_write, disk_full_error, is_disk_full, make_dirs, share_tree
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.config import TokenizerConfig
+from klue_tc.core.errors import DamagedFileError
+from klue_tc.core.files import atomic_write, disk_full_error, is_disk_full, make_dirs, share_tree
+from klue_tc.core.registry import TOKENIZERS
 from klue_tc.tokenizers.base import META_FILE, EncodedTitles, Tokenizer, fit_tokenizer, load_tokenizer
+from klue_tc.tokenizers.normalisation import TEXT_NORMALISATION
 
 log = logging.getLogger(__name__)
 

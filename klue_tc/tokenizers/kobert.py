@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from klue_tc.config import TokenizerConfig, outside_results_key, share
-from klue_tc.errors import ResourceError
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.config import TokenizerConfig, outside_results_key, share
+from klue_tc.core.errors import ResourceError
+from klue_tc.core.registry import TOKENIZERS
 from klue_tc.tokenizers.sentencepiece import SentencePieceModel
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from klue_tc.config import TokenizerConfig
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.config import TokenizerConfig
+from klue_tc.core.registry import TOKENIZERS
 from klue_tc.tokenizers.base import SPECIALS, SpecialIds, Tokenizer
 
 

@@ -9,9 +9,9 @@ from typing import Sequence
 
 import sentencepiece as spm
 
-from klue_tc.config import TokenizerConfig, at_least, one_of, share
-from klue_tc.errors import ConfigError
-from klue_tc.registry import TOKENIZERS
+from klue_tc.core.config import TokenizerConfig, at_least, one_of, share
+from klue_tc.core.errors import ConfigError
+from klue_tc.core.registry import TOKENIZERS
 from klue_tc.tokenizers.base import SPECIALS, SpecialIds, Tokenizer, normalised
 
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from klue_tc.config import at_least
+from klue_tc.core.config import at_least
+from klue_tc.core.registry import ENCODERS
 from klue_tc.models.blocks import ConvSublayer, FeedForward
 from klue_tc.models.encoders.transformer import TransformerConfig
-from klue_tc.registry import ENCODERS
 
 
 @dataclass

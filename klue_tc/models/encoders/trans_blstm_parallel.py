@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from klue_tc.core.registry import ENCODERS
 from klue_tc.models.blocks import FFNWithBLSTM
 from klue_tc.models.encoders.transformer import TransformerConfig
-from klue_tc.registry import ENCODERS
 
 
 @dataclass

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from klue_tc.config import EncoderConfig, FFNActivation, at_least
+from klue_tc.core.config import EncoderConfig, FFNActivation, at_least
+from klue_tc.core.registry import ENCODERS
 from klue_tc.models.blocks import FeedForward
-from klue_tc.registry import ENCODERS
 
 
 @dataclass

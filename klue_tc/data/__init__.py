@@ -1,0 +1,1 @@
+"""Titles read and normalised, folded, gathered into the pretraining corpus and batched."""

@@ -1,0 +1,1 @@
+"""Fine-tuning one fold: its module, callbacks, checkpoints, inference, metrics; the linear baselines."""
