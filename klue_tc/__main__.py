@@ -82,10 +82,10 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 
 
 if __name__ == "__main__":
-    if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
-        sys.exit(run_other_rank())
-    sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
     try:
+        if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
+            sys.exit(run_other_rank())
+        sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
         main()
     except interrupts.JobInterrupted as stop:  # a sweep stopped: by its job in this process, or its launcher
         if not stop.announced:

@@ -157,7 +157,7 @@ def test_a_damaged_pretrained_encoder_is_named_once_and_pretrained_again(tmp_pat
 
 
 def test_a_training_state_with_a_changed_byte_is_not_resumed_from(tmp_path, caplog):
-    from klue_tc.training.checkpoints import AtomicCheckpointIO, resume_point
+    from klue_tc.engine.checkpoints import AtomicCheckpointIO, resume_point
 
     state = tmp_path / "fold0.training"
     io = AtomicCheckpointIO()
@@ -179,18 +179,15 @@ def test_a_training_state_with_a_changed_byte_is_not_resumed_from(tmp_path, capl
 
 
 def test_a_pretraining_state_with_a_changed_byte_starts_again(tmp_path, caplog):
-    from klue_tc.pretraining.pretrain import _resume, _save_state
+    from klue_tc.engine.checkpoints import AtomicCheckpointIO
+    from klue_tc.pretraining.pretrain import _resume_point
 
-    model = torch.nn.Linear(64, 64)
-    optimizer = torch.optim.AdamW(model.parameters())
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    generator = torch.Generator().manual_seed(0)
     path = tmp_path / "resume.pt"
-    _save_state(path, 4, 1.5, model, optimizer, scheduler, generator, [2.5, 2.25])
-    assert _resume(path, model, optimizer, scheduler, generator) == (4, 1.5, [2.5, 2.25])
+    AtomicCheckpointIO().save_checkpoint({"step": 4, "loops": {}, "state_dict": {"w": torch.randn(64, 64)}}, path)
+    assert _resume_point(path) == path
     flip_a_byte(path, at=0.5)
     with caplog.at_level(logging.WARNING):
-        assert _resume(path, model, optimizer, scheduler, generator) == (0, 0.0, [])
+        assert _resume_point(path) is None
     assert warnings_of(caplog) == [
         f"pretraining state: {path}: damaged (its SHA-256 differs from the one resume.pt.sha256 keeps); "
         "pretraining from the start"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import TINY_MODEL
-from jobs import run_cli
+from jobs import compose_job, run_cli
 from klue_tc.data.batches import BucketBatchSampler
 
 
@@ -24,6 +24,32 @@ def test_ranks_share_out_every_batch_and_take_training_steps_together():
     scored = [list(BucketBatchSampler(lengths, 40, shuffle=False, shard=(rank, 2))) for rank in range(2)]
     titles = [i for p in scored for batch in p for i in batch]
     assert sorted(titles) == list(range(101))  # validation scores every title exactly once
+
+
+@pytest.mark.parametrize("pretrain", ["none", "mlm"])
+def test_the_other_ranks_train_rank_0s_folds_through_rank_0s_fold_pipeline(
+    tmp_path, headlines_tsv, monkeypatch, pretrain
+):
+    from klue_tc.core.config import job_config
+    from klue_tc.jobs import distributed, run
+
+    cfg = compose_job(
+        [*TINY_MODEL, "logger=none", "+experiment=transformer", f"pretrain={pretrain}", f"data.path={headlines_tsv}"],
+        tmp_path / "run",
+    )
+    results = tmp_path / "results"
+    plan = {"config": job_config(cfg), "run_dir": str(tmp_path / "run"), "results_root": str(results), "key": "k0"}
+    monkeypatch.setenv(distributed.PLAN_ENV, json.dumps({**plan, "folds": [2, 0]}))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(distributed, "TOKENIZER_WAIT_S", 1.0)  # a rank of its own fold loop fails, not hangs
+    trained = []
+    monkeypatch.setattr(run, "train_and_store", lambda job, k, *args: trained.append((k, job)))
+    assert distributed.run_other_rank() == 0
+    assert [k for k, _ in trained] == [2, 0]  # rank 0's folds, in its order, each through train_and_store
+    job = trained[0][1]
+    assert job.key == "k0" and (job.sources is not None) == (pretrain == "mlm")
+    with run.fold_logger(job, 2) as logger:
+        assert logger is None  # rank 0 alone logs and stores
 
 
 def run_on_two_cpu_devices(tmp_path, headlines_tsv, *overrides: str):
@@ -79,7 +105,7 @@ def test_two_cpu_devices_pretrain_once_on_rank_0_and_both_ranks_start_from_its_e
     )
     out = done.stdout + done.stderr
     assert out.count("pretraining step 3/3") == 1  # one rank pretrains, once
-    [stored] = (tmp_path / "pretrained").iterdir()
+    [stored] = (tmp_path / "results" / "pretrained").iterdir()  # pretrain.store_dir
     [fold] = json.loads((run_dir / "metrics.json").read_text())["folds"]
     assert fold["device"].endswith(" x2") and fold["pretrained"]["key"] == stored.name
     # The other rank fine-tunes from the same stored encoder (and its tokenizer), not one of its own.

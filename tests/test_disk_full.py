@@ -66,7 +66,7 @@ def test_a_run_metrics_file_on_a_full_disk_is_one_line(tmp_path, full_disk):
 def test_a_checkpoint_on_a_full_disk_keeps_the_last_complete_one(tmp_path, monkeypatch):
     import torch
 
-    from klue_tc.training.checkpoints import AtomicCheckpointIO, save_weights_only
+    from klue_tc.engine.checkpoints import AtomicCheckpointIO, save_weights_only
 
     io = AtomicCheckpointIO()
     last = tmp_path / "state" / "last.ckpt"
@@ -122,7 +122,7 @@ def test_a_full_disk_in_training_ends_the_job_in_one_line_and_the_same_command_t
 ):
     """The fold's checkpoint write fails; the run says so, then runs to its end once there is space."""
     from jobs import run_in_process
-    from klue_tc.training import checkpoints
+    from klue_tc.engine import checkpoints
 
     overrides = [
         "+experiment=transformer",

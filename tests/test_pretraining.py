@@ -2,6 +2,7 @@
 corpus that never holds a scored title, the store that trains a key once and resumes it, and
 fine-tuning from it."""
 
+import io
 import json
 import logging
 import math
@@ -345,6 +346,47 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
     assert before > 0 and resumed.seconds > before  # the first sitting's seconds count too
     for name, tensor in whole.items():
         torch.testing.assert_close(resumed.weights[name], tensor, msg=name)
+
+
+@pytest.mark.parametrize("save_every, killed_at", [(5, 7), (3, 8)])  # saved at an epoch's end; part-way through
+def test_a_pretraining_resumed_from_lightnings_checkpoint_ends_with_the_same_bits(tmp_path, save_every, killed_at):
+    run, corpus = tiny_pretraining(
+        tmp_path, "+experiment=transformer", "pretrain.max_steps=12", f"pretrain.save_every_steps={save_every}"
+    )
+    tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
+    assert pretraining.total_steps(run, len(encoded))[0] == 5  # 70 titles in batches of 16
+    whole = pretrain_encoder(run, CPU, tokenizer, encoded, tmp_path / "uninterrupted.pt")
+
+    def kill(step, total, loss, batch):
+        if step == killed_at:
+            raise Killed
+
+    state = tmp_path / "resume.pt"
+    with pytest.raises(Killed):
+        pretrain_encoder(run, CPU, tokenizer, encoded, state, kill)
+    saved = torch.load(state, weights_only=False)
+    assert "pytorch-lightning_version" in saved and "loops" in saved  # the Trainer's own checkpoint
+    assert saved["step"] == saved["global_step"] == killed_at // save_every * save_every
+    resumed = pretrain_encoder(run, CPU, tokenizer, encoded, state)
+    assert (resumed.steps, resumed.loss, resumed.loss_steps) == (whole.steps, whole.loss, whole.loss_steps)
+    assert all(torch.equal(resumed.weights[name], tensor) for name, tensor in whole.weights.items())
+
+
+def test_a_state_left_by_the_earlier_hand_written_loop_is_pretrained_from_the_start(tmp_path, caplog):
+    from klue_tc.core.checksums import write_with_sidecar
+
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    tokenizer = fit_tokenizer(run.tokenizer, corpus.texts)
+    encoded = EncodedTitles.from_lists(tokenizer.encode(corpus.texts))
+    state = tmp_path / "resume.pt"
+    buffer = io.BytesIO()
+    torch.save({"step": 1, "seconds": 1.0, "recent_losses": [5.0]}, buffer)
+    write_with_sidecar(state, buffer.getvalue())
+    with caplog.at_level(logging.WARNING, logger="klue_tc.pretraining"):
+        outcome = pretrain_encoder(run, CPU, tokenizer, encoded, state)
+    assert "written by older code; pretraining from the start" in caplog.text
+    assert outcome.steps == 2 and outcome.loss_steps == 2
 
 
 def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from_it(tmp_path, monkeypatch):

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from test_report import FOLDS, metrics, write_metrics
 
-from klue_tc.store.records import FoldPredictions, TitlePredictions
 from klue_tc.report.summary import CSV_COLUMNS
 from klue_tc.report.title_bootstrap import TitleBootstrap
 from klue_tc.report.write import write_report
+from klue_tc.store.records import FoldPredictions, TitlePredictions
 
 TITLES, CLASSES = 90, 3
 LABELS = np.arange(TITLES) % CLASSES

@@ -124,10 +124,10 @@ def write_store_and_cache(shared: Path) -> None:
 
     from conftest import make_headlines
     from klue_tc.core.registry import TOKENIZERS
+    from klue_tc.engine.checkpoints import AtomicCheckpointIO
     from klue_tc.store.records import FoldResult
     from klue_tc.store.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training.checkpoints import AtomicCheckpointIO
 
     store = ResultsStore(shared / "results")
     with store.claim("abc", 0):
@@ -209,10 +209,10 @@ def test_a_second_member_of_the_group_updates_what_the_first_wrote(umask):
 
     from conftest import make_headlines
     from klue_tc.core.registry import TOKENIZERS
+    from klue_tc.engine.checkpoints import AtomicCheckpointIO
     from klue_tc.store.records import FoldResult
     from klue_tc.store.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training.checkpoints import AtomicCheckpointIO
 
     team_gid, member = 4242, 65534
     groups = os.getgroups()

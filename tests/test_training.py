@@ -382,7 +382,7 @@ def test_an_interrupted_fold_resumes_after_its_last_written_epoch(
 def test_a_resume_checkpoint_cut_short_by_a_kill_means_a_fresh_start(tmp_path, caplog):
     import torch
 
-    from klue_tc.training.checkpoints import resume_point
+    from klue_tc.engine.checkpoints import resume_point
 
     state = tmp_path / "fold0.training"
     state.mkdir()

@@ -3,7 +3,7 @@ limit), Ctrl-C (SIGINT) or submitit's time-limit signal.
 
 While a fold trains, a signal only asks it to stop: the fold's resumable checkpoint writes the
 whole training state at the next step boundary and raises `JobInterrupted` there
-(klue_tc/training/checkpoints.py). Outside training (data, tokenizer, scoring) there is no step to wait
+(klue_tc/engine/checkpoints.py). Outside training (data, tokenizer, scoring) there is no step to wait
 for, so the signal raises at once; every file the job writes is written atomically, so nothing is
 left half-written. A second signal a few seconds after the first stops the job at once. The entry
 point turns `JobInterrupted` into one line and the exit status 128 + signal (143, 130).

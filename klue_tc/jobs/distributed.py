@@ -50,12 +50,13 @@ def plan_for_other_ranks(config: dict, run_dir: Path, results_root: Path, key: s
                 torch.distributed.destroy_process_group()
 
 
-def wait_for_tokenizer(cache_root: Path, key: str) -> None:
-    """The other ranks use the tokenizer rank 0 fitted (and cached) for the fold, never one of
-    their own, so that every rank maps titles to the same ids."""
+def wait_for_tokenizer(run, cache, train_titles) -> None:
+    """The other ranks use the tokenizer rank 0 fitted (and cached) for the fold's training titles,
+    never one of their own, so that every rank maps titles to the same ids."""
     from klue_tc.tokenizers.base import META_FILE
+    from klue_tc.tokenizers.cache import tokenizer_key
 
-    done = cache_root / "tokenizers" / key / META_FILE
+    done = cache.root / "tokenizers" / tokenizer_key(run.tokenizer, train_titles.fingerprint()) / META_FILE
     deadline = time.monotonic() + TOKENIZER_WAIT_S
     while not done.is_file():
         if time.monotonic() > deadline:
@@ -66,7 +67,7 @@ def wait_for_tokenizer(cache_root: Path, key: str) -> None:
 PRETRAINED_POLL_S = 1.0
 
 
-def wait_for_pretrained(store, key: str):
+def wait_for_pretrained(store, key: str, fold: int):
     """The encoder rank 0 pretrains (or finds) for a fold, once it is in the store: the other ranks
     never pretrain, and start from the same weights and tokenizer. Pretraining has no time bound,
     so the wait has none either; it ends if rank 0, the process that started this one, is gone."""
@@ -75,46 +76,32 @@ def wait_for_pretrained(store, key: str):
         if os.getppid() != parent:
             raise RuntimeError(f"rank 0 ended before it stored the pretrained encoder {key} in {store.root}")
         time.sleep(PRETRAINED_POLL_S)
+    log.info("fold %d starts from the pretrained encoder %s", fold, found.key)
     return found
 
 
 def run_other_rank() -> int:
-    """Train rank 0's folds as one more rank of each fit; nothing is written but the cache."""
+    """Train rank 0's folds as one more rank of each fit, through the fold pipeline rank 0 runs
+    (klue_tc.jobs.run.train_planned_folds); nothing is written but the cache."""
     from klue_tc.core.config import validate
-    from klue_tc.data.corpus import fold_corpus, gather_sources
-    from klue_tc.jobs.folds import job_folds, prepare
+    from klue_tc.data.corpus import gather_sources
+    from klue_tc.jobs.folds import job_folds
     from klue_tc.jobs.job_setup import resolve_job
     from klue_tc.jobs.preflight import check_inputs
     from klue_tc.jobs.progress import quiet_libraries
-    from klue_tc.pretraining.pretrain import pretrained_key, store_for
+    from klue_tc.jobs.run import train_planned_folds
     from klue_tc.store.results import ResultsStore
     from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.tokenizers.cache import tokenizer_key
-    from klue_tc.training.fold import train_fold
     from klue_tc.training.job_context import FirstStepClock
 
     logging.basicConfig(level=logging.WARNING, format=f"rank {os.environ['LOCAL_RANK']}: %(levelname)s: %(message)s")
     log.setLevel(logging.INFO)  # this module's few lines say what the rank trains from
     plan = json.loads(os.environ[PLAN_ENV])
-    run, run_dir = validate(plan["config"]), Path(plan["run_dir"])
-    inputs = check_inputs(run, run_dir, Path(plan["results_root"]))
+    run, run_dir, results_root = validate(plan["config"]), Path(plan["run_dir"]), Path(plan["results_root"])
+    inputs = check_inputs(run, run_dir, results_root)
     quiet_libraries()
-    store, cache = ResultsStore(plan["results_root"]), TokenizerCache(run.data.cache_dir)
-    job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), key=plan["key"])
-    folds = job_folds(run, inputs)
-    pretraining = run.pretrain.active
-    sources = gather_sources(run, inputs.train, inputs.validation) if pretraining else None
-    for k in plan["folds"]:
-        fold, pretrained = folds[k], None
-        if pretraining:
-            corpus = fold_corpus(run, sources, inputs.train, fold.held_out)
-            key = pretrained_key(run, job.device, corpus, inputs.tokenizer_identity)
-            pretrained = wait_for_pretrained(store_for(run, Path(plan["results_root"]), key), key)
-            log.info("fold %d starts from the pretrained encoder %s", k, pretrained.key)
-        else:
-            fingerprint = fold.titles.subset(fold.train_idx).fingerprint()
-            wait_for_tokenizer(cache.root, tokenizer_key(run.tokenizer, fingerprint))
-        prepared = prepare(run, fold, cache, pretrained)
-        job.clock.restart()
-        train_fold(job, k, prepared, pretrained=pretrained)
+    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.active else None
+    store = ResultsStore(results_root)
+    job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), sources, key=plan["key"])
+    train_planned_folds(job, plan["folds"], job_folds(run, inputs), TokenizerCache(run.data.cache_dir))
     return 0

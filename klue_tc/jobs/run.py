@@ -10,7 +10,7 @@ import contextlib
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
@@ -23,7 +23,7 @@ from klue_tc.core.files import atomic_write_text, link_or_copy, link_or_copy_tre
 from klue_tc.core.redaction import redact, redact_files, redact_logs
 from klue_tc.data.corpus import gather_sources
 from klue_tc.data.titles import LABEL_NAMES
-from klue_tc.jobs.distributed import plan_for_other_ranks
+from klue_tc.jobs.distributed import is_other_rank, plan_for_other_ranks, wait_for_pretrained, wait_for_tokenizer
 from klue_tc.jobs.folds import FoldTitles, job_folds, prepare, require_scored_titles
 from klue_tc.jobs.job_setup import resolve_job, results_root
 from klue_tc.jobs.preflight import check_inputs
@@ -156,18 +156,30 @@ def train_folds(job: JobContext, missing: list[int]) -> dict[int, FoldResult]:
         from klue_tc.tokenizers import TokenizerCache
 
         quiet_libraries()
-    folds = job_folds(job.run, job.inputs)
-    cache = TokenizerCache(job.run.data.cache_dir)
+    folds, cache = job_folds(job.run, job.inputs), TokenizerCache(job.run.data.cache_dir)
     progress = JobProgress(len(missing), job.run.trainer.max_epochs)
     with contextlib.ExitStack() as held:
         trained = claim_folds(job, missing, held)
         to_train = [k for k in missing if k not in trained]
         held.enter_context(plan_for_other_ranks(job.config, job.run_dir, job.store.root, job.key, to_train))
-        for k in to_train:
-            trained[k] = train_and_store(job, k, folds[k], cache, [*progress.callbacks(k), progress.bar()])
-            if interrupts.requested() is not None:  # asked to stop as the fold's training ended
-                raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
-            job.clock.restart()  # the next fold's time to first step starts here
+        trained |= train_planned_folds(job, to_train, folds, cache, progress)
+    return trained
+
+
+def train_planned_folds(
+    job: JobContext, to_train: list[int], folds: list[FoldTitles], cache, progress=None
+) -> dict[int, FoldResult]:
+    """The folds rank 0 plans, in its order: what every rank of a multi-device fit runs (the
+    other ranks without progress lines, klue_tc/jobs/distributed.py); the records, on rank 0."""
+    trained = {}
+    for k in to_train:
+        callbacks = [*progress.callbacks(k), progress.bar()] if progress is not None else []
+        record = train_and_store(job, k, folds[k], cache, callbacks)
+        if record is not None:
+            trained[k] = record
+        if interrupts.requested() is not None:  # asked to stop as the fold's training ended
+            raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
+        job.clock.restart()  # the next fold's time to first step starts here
     return trained
 
 
@@ -183,15 +195,23 @@ def claim_folds(job: JobContext, folds: list[int], held: contextlib.ExitStack) -
     return {k: record for k, record in found.items() if record is not None}
 
 
-def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks: list) -> FoldResult:
+def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks: list) -> Optional[FoldResult]:
     """One fold: its pretrained encoder (with pretraining), its encoded titles, its training under
-    its own logger, and its record in the results store."""
+    its own logger, and its record in the results store. The other ranks of a multi-device fit
+    take rank 0's encoder or tokenizer, log nothing and store nothing (None)."""
     from klue_tc.training.fold import train_fold
 
-    pretrained = pretrain_for_fold(job, fold.held_out, cache) if job.sources is not None else None
+    if job.sources is not None:
+        pretrained = pretrain_for_fold(job, k, fold.held_out, cache)
+    else:
+        pretrained = None
+        if is_other_rank():
+            wait_for_tokenizer(job.run, cache, fold.titles.subset(fold.train_idx))
     prepared = prepare(job.run, fold, cache, pretrained)
     with fold_logger(job, k) as logger:
         record = train_fold(job, k, prepared, logger, callbacks, pretrained)
+    if record is None:
+        return None
     job.store.put(job.key, k, record, job.config)
     job.store.discard_training_state(job.key, k)
     return record
@@ -203,6 +223,9 @@ def fold_logger(job: JobContext, k: int) -> Iterator:
     here as Lightning's sys.exit(1))."""
     from klue_tc.jobs.loggers import finish_logger, make_logger
 
+    if is_other_rank():  # rank 0 logs the fit
+        yield None
+        return
     config = {**job.config, "config_hash": job.key, "fold": k}
     logger = make_logger(job.run.logger, job.run_dir, job.run_name(k), job.wandb_group, f"fold{k}", config)
     try:
@@ -213,9 +236,9 @@ def fold_logger(job: JobContext, k: int) -> Iterator:
     finish_logger(logger)
 
 
-def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
+def pretrain_for_fold(job: JobContext, k: int, held_out: np.ndarray, cache):
     """The fold's pretrained encoder: found in the store, or pretrained now, with its own progress
-    line and its own W&B run in the job's group."""
+    line and its own W&B run in the job's group; on the other ranks, the one rank 0 stores."""
     from klue_tc.data.corpus import fold_corpus
     from klue_tc.jobs.loggers import finish_wandb_run, open_wandb_run
     from klue_tc.jobs.progress import PretrainLine
@@ -226,6 +249,8 @@ def pretrain_for_fold(job: JobContext, held_out: np.ndarray, cache):
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
     key = pretrained_key(run, job.device, corpus, identity)
     store = store_for(run, job.store.root, key)
+    if is_other_rank():
+        return wait_for_pretrained(store, key, k)
     line, wandb_run = PretrainLine(loss_name=objective(run.pretrain.objective).loss_name), None
     if run.logger.name == LoggerKind.wandb and store.find(key) is None:
         config = {"pretrain": keyed_settings(run.pretrain), "pretrained_key": key, "corpus_titles": len(corpus.texts)}

@@ -3,8 +3,8 @@
 corpus (klue_tc/data/corpus.py) -> a tokenizer fit on it -> steps of the objective (klue_tc/pretraining/objectives/:
 masked LM, ELECTRA's replaced-token detection) -> the encoder's weights and the tokenizer in a store
 beside the results store, keyed by everything that changes them, so every fold and configuration
-that shares the key finds them, and a second job trains nothing. A plain loop rather than
-Lightning: it resumes from the last saved step, not the last finished epoch.
+that shares the key finds them, and a second job trains nothing. Trained by Lightning as fine-tuning
+is, resumable from the last saved step.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import io
-import itertools
 import json
 import logging
 import math
@@ -22,8 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
+import lightning as L
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from klue_tc.core import interrupts
 from klue_tc.core.checksums import (
@@ -33,7 +34,6 @@ from klue_tc.core.checksums import (
     sha256_of_bytes,
     sidecar,
     with_checksum,
-    write_with_sidecar,
 )
 from klue_tc.core.config import RunConfig, keyed_settings
 from klue_tc.core.errors import DamagedFileError
@@ -41,6 +41,8 @@ from klue_tc.core.files import atomic_write_bytes, atomic_write_json, exclusive_
 from klue_tc.core.hardware import Device
 from klue_tc.data.batches import BucketBatchSampler, PaddedBatches
 from klue_tc.data.corpus import Corpus
+from klue_tc.engine.checkpoints import AtomicCheckpointIO
+from klue_tc.engine.random_state import RandomState
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, round_up
 from klue_tc.models.schedule import lr_lambda, warmup_steps
 from klue_tc.pretraining.frequency_plateau import plateau_warning, token_entropy
@@ -292,6 +294,12 @@ def pretrain_encoder(
     return outcome._replace(stall=stall, seconds=outcome.seconds + restarted_seconds)
 
 
+def pretraining_precision(device: Device) -> str:
+    """Lightning's precision for pretraining: bf16 autocast wherever the job's resolved precision is
+    a bf16 one, fp32 otherwise, as pretraining has always run (its weights stay fp32)."""
+    return "bf16-mixed" if "bf16" in device.precision else "32-true"
+
+
 def _pretrain_attempt(
     run: RunConfig,
     device: Device,
@@ -301,103 +309,162 @@ def _pretrain_attempt(
     on_step: Optional[StepHook],
     watch: Optional[StallWatch],
 ) -> PretrainingOutcome:
-    cfg = run.pretrain
-    bf16 = "bf16" in device.precision
-    on = device.torch_device
-    seed = cfg.seed_or(run.seed)
-    torch.manual_seed(seed)
-    model = pretraining_model(run, tokenizer).to(on)
-    optimizer = _optimizer(model, run)
-    per_epoch, total = total_steps(run, len(encoded))
-    warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, total))
-    generator = torch.Generator(on).manual_seed(seed)
-    corrupt = objective(cfg.objective).corruption(cfg, tokenizer, on)
-    step, seconds_before, losses = _resume(state_path, model, optimizer, scheduler, generator)
-    started = time.perf_counter()
-
-    def seconds() -> float:
-        return seconds_before + time.perf_counter() - started
-
-    batches = PaddedBatches(encoded, None, tokenizer.specials.pad, pad_multiple=run.data.pad_multiple)
-    sampler = BucketBatchSampler(encoded.lengths, cfg.batch_size, shuffle=True, seed=seed, multiplier=BUCKET_MULTIPLIER)
-    model.train()
-    # Detached: no sync per step. Resumed with the saved losses, so a window means the same after a kill.
-    recent: collections.deque = collections.deque([torch.tensor(x, device=on) for x in losses], maxlen=LOSS_WINDOW)
+    module = PretrainingModule(run, device, tokenizer, encoded, watch, on_step)
+    resume_from = _resume_point(state_path)
+    trainer = L.Trainer(
+        accelerator="gpu" if device.gpu else "cpu",
+        devices=1,
+        precision=pretraining_precision(device),
+        max_steps=module.total,
+        logger=False,
+        callbacks=[RandomState(), PretrainingState(state_path, run.pretrain.save_every_steps, module.total)],
+        enable_checkpointing=False,
+        enable_progress_bar=False,  # its own line (klue_tc.jobs.progress.PretrainLine), through on_step
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        default_root_dir=str(state_path.parent),
+        plugins=[AtomicCheckpointIO()],
+    )
     with interrupts.at_step_boundaries():
-        while step < total:
-            epoch, done_in_epoch = divmod(step, per_epoch)
-            sampler.set_epoch(epoch)
-            for indices in itertools.islice(iter(sampler), done_in_epoch, None):
-                original = batches[indices]["input_ids"].to(on, non_blocking=True)
-                shown, picked = corrupt(original, generator)
-                with torch.autocast(on.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(shown, original, picked, generator)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                recent.append(loss.detach())
-                if watch is not None:
-                    watch(step, recent, seconds)  # raises Stalled where the rule restarts
-                if on_step is not None:
-                    on_step(step, total, loss.detach(), MaskedBatch(original, picked))
-                if step == total:
-                    break
-                stop = interrupts.requested()  # a scheduler's SIGTERM: saved at this step, not the last save
-                if step % cfg.save_every_steps == 0 or stop is not None:
-                    _save_state(state_path, step, seconds(), model, optimizer, scheduler, generator, recent)
-                if stop is not None:
-                    raise interrupts.JobInterrupted(
-                        stop, f"in pretraining, at step {step} of {total}: its state is saved in {state_path}"
-                    )
-    weights = {name: tensor.detach().cpu() for name, tensor in model.encoder.state_dict().items()}
+        trainer.fit(module, ckpt_path=resume_from)
+    weights = {name: tensor.detach().cpu() for name, tensor in module.model.encoder.state_dict().items()}
+    recent = module.recent
     loss = float(torch.stack(list(recent)).float().mean()) if recent else math.nan
-    return PretrainingOutcome(weights, step, loss, len(recent), seconds())
+    return PretrainingOutcome(weights, trainer.global_step, loss, len(recent), module.seconds())
 
 
-def _save_state(
-    path: Path, step: int, seconds: float, model, optimizer, scheduler, generator: torch.Generator, recent
-) -> None:
-    state = {
-        "step": step,
-        "seconds": seconds,
-        "recent_losses": [float(loss) for loss in recent],
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "generator": generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    write_with_sidecar(path, buffer.getvalue())
+class PretrainingModule(L.LightningModule):
+    """The objective's model, stepped by hand as the pretraining always stepped it: the batch
+    corrupted with the objective's own random stream, the loss, the clipped gradient, AdamW and
+    the schedule. Its checkpoint also holds the step, the seconds spent, the last steps' losses and
+    the masking stream, so a resumed pretraining draws what an uninterrupted one would."""
+
+    def __init__(
+        self,
+        run: RunConfig,
+        device: Device,
+        tokenizer: Tokenizer,
+        encoded: EncodedTitles,
+        watch: Optional[StallWatch],
+        on_step: Optional[StepHook],
+    ):
+        super().__init__()
+        self.automatic_optimization = False
+        cfg = run.pretrain
+        self.run_cfg, self.pretrain_seed, self.on = run, cfg.seed_or(run.seed), device.torch_device
+        torch.manual_seed(self.pretrain_seed)  # the model's initial weights, then dropout's draws
+        self.model = pretraining_model(run, tokenizer)
+        self.generator = torch.Generator(self.on).manual_seed(self.pretrain_seed)
+        self.corrupt = objective(cfg.objective).corruption(cfg, tokenizer, self.on)
+        self.per_epoch, self.total = total_steps(run, len(encoded))
+        self.batches = PaddedBatches(encoded, None, tokenizer.specials.pad, pad_multiple=run.data.pad_multiple)
+        self.lengths, self.watch, self.on_step = encoded.lengths, watch, on_step
+        # Detached: no sync per step. Resumed with the saved losses, so a window means the same after a kill.
+        self.recent: collections.deque = collections.deque(maxlen=LOSS_WINDOW)
+        self.resumed_step, self.seconds_before, self.started = 0, 0.0, time.perf_counter()
+
+    def seconds(self) -> float:
+        """Of pretraining, over every sitting."""
+        return self.seconds_before + time.perf_counter() - self.started
+
+    def configure_optimizers(self):
+        cfg = self.run_cfg.pretrain
+        optimizer = _optimizer(self.model, self.run_cfg)
+        warmup = warmup_steps(cfg.warmup_ratio, MIN_WARMUP_STEPS, self.total)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.schedule, warmup, self.total))
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = BucketBatchSampler(
+            self.lengths,
+            self.run_cfg.pretrain.batch_size,
+            shuffle=True,
+            seed=self.pretrain_seed,
+            multiplier=BUCKET_MULTIPLIER,
+        )
+        if self.resumed_step:  # Lightning sets the epoch; the sampler leaves out the batches done in it
+            sampler.resume_epoch, sampler.resume_after = divmod(self.resumed_step, self.per_epoch)
+        # Its own generator for the loader's seed: the global one draws dropout and nothing else.
+        return DataLoader(self.batches, sampler=sampler, batch_size=None, generator=torch.Generator())
+
+    def on_train_start(self) -> None:
+        self.started = time.perf_counter()
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        original = batch["input_ids"]
+        shown, picked = self.corrupt(original, self.generator)
+        loss = self.model(shown, original, picked, self.generator)
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        # Lightning's bf16 autocast covers the whole training step; the update runs in fp32, as
+        # pretraining's always did (under autocast its gradients differ in the last bits).
+        with torch.autocast(self.on.type, enabled=False):
+            optimizer.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+            nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)
+            optimizer.step()
+            scheduler.step()
+        step = self.trainer.global_step
+        self.recent.append(loss.detach())
+        if self.watch is not None:
+            self.watch(step, self.recent, self.seconds)  # raises Stalled where the rule restarts
+        if self.on_step is not None:
+            self.on_step(step, self.total, loss.detach(), MaskedBatch(original, picked))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint.update(
+            step=self.trainer.global_step,
+            seconds=self.seconds(),
+            recent_losses=[float(loss) for loss in self.recent],
+            generator=self.generator.get_state(),
+        )
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.resumed_step, self.seconds_before = checkpoint["step"], checkpoint["seconds"]
+        self.recent.extend(torch.tensor(x, device=self.on) for x in checkpoint["recent_losses"])
+        self.generator.set_state(checkpoint["generator"])
 
 
-def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> tuple[int, float, list]:
-    """The step a saved state ends at, the seconds spent reaching it and its last steps' losses
-    ((0, 0, []) with none, or with one a kill left unreadable)."""
+class PretrainingState(L.Callback):
+    """The resumable state, written every `every` steps and at the step a stop signal comes
+    (klue_tc/core/interrupts.py), which then ends the pretraining with JobInterrupted; never at the last."""
+
+    def __init__(self, path: Path, every: int, total: int):
+        self.path, self.every, self.total = path, every, total
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        interrupts.install()  # Lightning's fit puts its own SIGTERM handler first
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        step = trainer.global_step
+        if step >= self.total:
+            return
+        stop = interrupts.requested()  # a scheduler's SIGTERM: saved at this step, not the last save
+        if step % self.every == 0 or stop is not None:
+            trainer.save_checkpoint(self.path)  # atomic, with its checksum (AtomicCheckpointIO)
+        if stop is not None:
+            raise interrupts.JobInterrupted(
+                stop, f"in pretraining, at step {step} of {self.total}: its state is saved in {self.path}"
+            )
+
+
+def _resume_point(path: Path) -> Optional[Path]:
+    """The saved state to go on from; None without one, or with one a kill left unreadable."""
     if not path.is_file():
-        return 0, 0.0, []
+        return None
     try:
         require_sidecar_checksum(path)
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as err:  # cut short by a kill, or not matching its checksum: start again
         why = str(err) if isinstance(err, DamagedFileError) else f"{path} is unreadable ({type(err).__name__})"
         log.warning("pretraining state: %s; pretraining from the start", why)
-        return 0, 0.0, []
-    log.info("pretraining resumes after step %d, from %s", state["step"], path)
-    return state["step"], state.get("seconds", 0.0), state.get("recent_losses", [])
+        return None
+    if "loops" not in saved:  # the hand-written loop's state, before pretraining ran in Lightning
+        log.warning("pretraining state: %s was written by older code; pretraining from the start", path)
+        return None
+    step = saved["step"]
+    log.info("pretraining resumes after step %d, from %s", step, path)
+    return path
 
 
 def load_pretrained_encoder(model: nn.Module, pretrained: PretrainedEncoder) -> None:

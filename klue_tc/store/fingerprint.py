@@ -54,6 +54,7 @@ NUMERIC_MODULES = (
     "klue_tc.pretraining.masking",  # which tokens masking picks and how they are shown
     "klue_tc.training.module",  # the losses, the optimiser, the training step
     "klue_tc.training.callbacks",  # the weight average, the epoch the inner split chooses
+    "klue_tc.engine.random_state",  # the random draws a resumed fold or pretraining goes on with
     "klue_tc.training.fold",  # one fold, from its tokenizer to its scores
     "klue_tc.training.inference",  # the probabilities scored
     "klue_tc.training.evaluate",  # the metrics
@@ -78,7 +79,7 @@ OUTSIDE_NUMBERS = (
     "klue_tc.store.fingerprint",
     "klue_tc.store.records",
     "klue_tc.pretraining.frequency_plateau",  # a warning about a finished pretraining
-    "klue_tc.training.checkpoints",  # where and when training state is saved
+    "klue_tc.engine.checkpoints",  # where and when training state is saved
     "klue_tc.training.job_context",
     "klue_tc.training.model_size",  # a count of parameters and FLOPs beside the scores
 )

@@ -27,6 +27,14 @@ from klue_tc.core.config import RunConfig, TrainerConfig
 from klue_tc.core.files import reporting_full_disk
 from klue_tc.data.batches import EncodedSplit, FoldDataModule
 from klue_tc.data.titles import LabelledTitles, inner_split
+from klue_tc.engine.checkpoints import (
+    RESUME_CHECKPOINT_EVERY_S,
+    AtomicCheckpointIO,
+    ResumeCheckpoint,
+    resume_point,
+    save_weights_only,
+)
+from klue_tc.engine.random_state import RandomState
 from klue_tc.pretraining.pretrain import PretrainedEncoder, load_pretrained_encoder
 from klue_tc.store.records import (
     SELECTED_ON_INNER_SPLIT,
@@ -42,14 +50,6 @@ from klue_tc.training.callbacks import (
     ExponentialMovingAverage,
     FoldMonitor,
     LogEveryEpoch,
-    RandomState,
-)
-from klue_tc.training.checkpoints import (
-    RESUME_CHECKPOINT_EVERY_S,
-    AtomicCheckpointIO,
-    ResumeCheckpoint,
-    resume_point,
-    save_weights_only,
 )
 from klue_tc.training.evaluate import score_predictions
 from klue_tc.training.inference import encoded_probs, predict_probs

@@ -1,0 +1,1 @@
+"""The Lightning plumbing both training engines share: atomic checkpoints, resumable random state."""
