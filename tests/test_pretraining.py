@@ -719,3 +719,25 @@ def test_a_second_pretraining_seed_is_a_new_encoder_on_the_same_titles_and_folds
     ]
     assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])
     assert not all(torch.equal(weights[0][n], weights[2][n]) for n in weights[0])
+
+
+def test_an_encoder_stored_by_earlier_code_that_makes_the_same_numbers_is_not_pretrained_again(tmp_path, monkeypatch):
+    """SAME_NUMBERS_AS covers the pretrained encoders as it covers the fold records: an encoder
+    stored under the key of an earlier code version it names is found; without the entry, this code
+    pretrains anew under its own key."""
+    from klue_tc.store import fingerprint
+    from klue_tc.store.records import CodeVersion
+
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
+    store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
+    earlier = ensure_pretrained(run, CPU, corpus, store, cache, None)
+    made_by = fingerprint.code_version(run)
+    later = CodeVersion("0123456789ab", made_by.versions)  # this code after an edit that moves no number
+    monkeypatch.setattr(pretraining, "code_version", lambda run: later)
+    monkeypatch.setattr(pretraining, "SAME_NUMBERS_AS", {later.fingerprint: (made_by.fingerprint,)})
+    keys = pretraining.pretrained_keys(run, CPU, corpus, None)
+    assert keys[1] == earlier.key != keys[0]
+    monkeypatch.setattr(pretraining, "_train_and_store", lambda *args: pytest.fail("pretrained again"))
+    assert ensure_pretrained(run, CPU, corpus, store, cache, None).key == earlier.key
+    monkeypatch.setattr(pretraining, "SAME_NUMBERS_AS", {})
+    assert pretraining.pretrained_keys(run, CPU, corpus, None) == [keys[0]]

@@ -199,6 +199,25 @@ def test_the_studys_from_scratch_records_count_for_this_code(tmp_path):
         )
 
 
+def test_every_same_numbers_entry_names_a_fingerprint_of_this_code():
+    """An entry keyed by a fingerprint this code no longer has maps nothing: after an edit to code
+    that makes numbers, its records either still hold this code's numbers (the pinned numbers did
+    not move: re-key the entry) or they do not (drop it)."""
+    from klue_tc.core.registry import ENCODERS, OBJECTIVES, TOKENIZERS
+
+    heads = {"transformer": "cls", "cnn": "cls", "trans_blstm": "blstm", "trans_blstm_parallel": "blstm"}
+    current = {
+        fingerprint.version_of(
+            fingerprint.Choices(tokenizer, encoder, heads.get(encoder, "cls"), objective)
+        ).fingerprint
+        for tokenizer in TOKENIZERS.names()
+        for encoder in ENCODERS.names()
+        for objective in (None, *OBJECTIVES.names())
+    }
+    stale = sorted(set(fingerprint.SAME_NUMBERS_AS) - current)
+    assert not stale, f"fingerprint.SAME_NUMBERS_AS keys no configuration of this code has: {stale}"
+
+
 def test_a_record_of_older_code_reads_as_this_schema(tmp_path):
     """docs/study's records predate self-pretraining and the inner split: read, they say so in this
     schema's terms (from scratch, chosen on the scored fold); a record saved now names its schema."""

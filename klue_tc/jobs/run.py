@@ -243,12 +243,13 @@ def pretrain_for_fold(job: JobContext, k: int, held_out: np.ndarray, cache):
     from klue_tc.jobs.loggers import finish_wandb_run, open_wandb_run
     from klue_tc.jobs.progress import PretrainLine
     from klue_tc.pretraining.objectives import objective
-    from klue_tc.pretraining.pretrain import ensure_pretrained, pretrained_key, store_for
+    from klue_tc.pretraining.pretrain import ensure_pretrained, pretrained_keys, store_for, stored_key
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)
-    key = pretrained_key(run, job.device, corpus, identity)
-    store = store_for(run, job.store.root, key)
+    keys = pretrained_keys(run, job.device, corpus, identity)
+    store = store_for(run, job.store.root, keys[0])
+    key = stored_key(store, keys)
     if is_other_rank():
         return wait_for_pretrained(store, key, k)
     line, wandb_run = PretrainLine(loss_name=objective(run.pretrain.objective).loss_name), None

@@ -49,7 +49,8 @@ from klue_tc.pretraining.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.pretraining.masking import never_hidden
 from klue_tc.pretraining.objectives import objective, pretraining_model
 from klue_tc.pretraining.stall import StallWatch, with_restarts
-from klue_tc.store.fingerprint import code_version
+from klue_tc.store.fingerprint import SAME_NUMBERS_AS, code_version
+from klue_tc.store.records import CodeVersion
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
 from klue_tc.tokenizers.cache import tokenizer_key
 
@@ -103,8 +104,10 @@ class PretrainedEncoder:
         return {"key": self.key, "path": str(self.path.resolve()), **self.meta}
 
 
-def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
-    """Everything that changes the pretrained weights; where the corpus came from is not in it."""
+def pretrained_keys(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> list[str]:
+    """The encoder's key under this code, then under each earlier code version that makes the same
+    numbers (SAME_NUMBERS_AS): an encoder such code stored is this code's encoder. Everything that
+    changes the pretrained weights is in it; where the corpus came from is not."""
     settings = keyed_settings(run.pretrain)
     for how_the_corpus_was_chosen in ("same_corpus_every_fold", "include_scored_titles"):
         settings.pop(how_the_corpus_was_chosen)
@@ -117,9 +120,24 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
         "pad_multiple": run.data.pad_multiple,
         "seed": run.seed,
         "precision": device.precision,
-        "code": asdict(code_version(run)),
     }
-    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    code = code_version(run)
+    versions = [code, *(CodeVersion(earlier, code.versions) for earlier in SAME_NUMBERS_AS.get(code.fingerprint, ()))]
+    return [
+        hashlib.sha1(json.dumps({**payload, "code": asdict(version)}, sort_keys=True).encode()).hexdigest()[:12]
+        for version in versions
+    ]
+
+
+def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
+    """This code's key for the encoder."""
+    return pretrained_keys(run, device, corpus, tokenizer_identity)[0]
+
+
+def stored_key(store: PretrainedStore, keys: list[str]) -> str:
+    """The key to pretrain under or find: an earlier code version's (keys[1:]) where the store holds
+    its encoder, else this code's (keys[0])."""
+    return next((key for key in keys[1:] if store.find(key) is not None), keys[0])
 
 
 def store_for(run: RunConfig, results_root: Path, key: str) -> PretrainedStore:
@@ -183,7 +201,7 @@ def ensure_pretrained(
     on_step: Optional[StepHook] = None,
 ) -> PretrainedEncoder:
     """The stored encoder for this corpus and config: found, or trained (resumed) and stored now."""
-    key = pretrained_key(run, device, corpus, tokenizer_identity)
+    key = stored_key(store, pretrained_keys(run, device, corpus, tokenizer_identity))
     found = store.find(key)
     if found is None:
         with store.claim(key):
