@@ -337,7 +337,7 @@ def test_a_stop_signal_between_jobs_is_remembered_and_stops_the_next_job_before_
         [
             "-c",
             "import os, signal\n"
-            "from klue_tc import interrupts\n"
+            "from klue_tc.core import interrupts\n"
             "interrupts.remember_between_jobs()\n"
             "os.kill(os.getpid(), signal.SIGTERM)\n"
             "try:\n"
