@@ -60,7 +60,7 @@ ensemble: install  ## the ensemble of DIR's records with the linear baselines: e
 	@test -n "$(DIR)" || { echo "usage: make ensemble DIR=docs/ensemble (after make sweep SWEEP=ensemble)"; exit 2; }
 	$(PY) -m klue_tc.ensemble $(DIR) $(ARGS)
 
-bench: install  ## training throughput and F1 against the notebook's design, pretraining beside fine-tuning, GFLOP/s (CPU)
+bench: install  ## training throughput and F1 against the notebook's design, pretraining beside fine-tuning, GFLOP/s, an ensemble served against one model (CPU; ARGS="--runs ensemble": that alone)
 	$(PY) -m benchmarks $(ARGS)
 
 bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder, 2/4/8 jobs at once, the paper sweep's wall time

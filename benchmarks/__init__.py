@@ -22,8 +22,9 @@ in a fresh subprocess with the same torch thread count:
   their loop titles/s; and both training steps' achieved GFLOP/s (FLOPs counted by
   klue_tc.training.model_size) against a large square matrix product's in the same precision and threads.
 
-The ensemble run serves an ensemble's folder (benchmarks/ensemble.py: the encoders and the linear
-baselines, 5 fold models each) against one fold model, as titles/s of ``python -m klue_tc.predict``.
+The ensemble run serves an ensemble's folder (benchmarks/ensemble.py: sweeps/ensemble.yaml's member
+designs, or ``--ensemble-members``, and the linear baselines, 5 fold models each) against one fold
+model, as titles/s of ``python -m klue_tc.predict``, with each member's share.
 
 ``--runs`` chooses among klue_tc, pretrain, notebook, reference, overhead and ensemble (default: all).
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.constants import DEFAULT_DATA, ENCODERS, RUNS
+from benchmarks.constants import DEFAULT_DATA, DEFAULT_KOBERT_MODEL, ENCODERS, RUNS
 from benchmarks.reference import DEFAULT_REFERENCE
 from benchmarks.render import print_rich, render
 from benchmarks.runner import Bench
@@ -88,6 +88,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=",".join(RUNS),
         help="comma-separated runs to make without --gpu (default: %(default)s; the matrix-product peak always)",
     )
+    p.add_argument(
+        "--ensemble-members",
+        help="the ensemble run's member designs, comma-separated names of sweeps/ensemble_member/*.yaml "
+        "(default: sweeps/ensemble.yaml's); the KoBERT one reads $KLUE_TC_KOBERT_MODEL, else "
+        f"{DEFAULT_KOBERT_MODEL} where it is",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -121,6 +127,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [r for r in runs if r not in RUNS]
     if unknown or not runs:
         fail(f"--runs: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
+    ensemble_members = [m.strip() for m in (args.ensemble_members or "").split(",") if m.strip()]
+    if ensemble_members:
+        from benchmarks.ensemble import member_names
+
+        unknown = [m for m in ensemble_members if m not in member_names()]
+        if unknown:
+            fail(f"--ensemble-members: unknown {', '.join(unknown)}; choose from {', '.join(member_names())}")
+    if "ensemble" in runs and not os.environ.get("KLUE_TC_KOBERT_MODEL") and DEFAULT_KOBERT_MODEL.is_file():
+        os.environ["KLUE_TC_KOBERT_MODEL"] = str(DEFAULT_KOBERT_MODEL)  # the workers inherit it: no hub
     if args.limit is None and not args.gpu:
         args.limit = 5000
     for name in ("limit", "epochs", "batch_size", "repeat"):
@@ -163,6 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.clock,
             args.phase_budget,
             runs,
+            ensemble_members,
         )
         report = bench.measure()
     print_rich(report)

@@ -1,24 +1,67 @@
 """Serving an ensemble against a single model: the titles/s of `python -m klue_tc.predict` on an
 ensemble's folder (klue_tc/ensemble/artefact.py) and on one fold model, on the same held-out titles.
 
-The folder is the one the ensemble sweep's stage writes (sweeps/ensemble.yaml): each of the
-benchmark's encoders as a member of `FOLDS` fold models, and the two linear baselines with theirs.
-Their weights are trained for a couple of steps only: what a title costs to serve does not depend
-on them. Both timings include reading the models, as a `predict` command does."""
+The folder is the one the ensemble sweep's stage writes (sweeps/ensemble.yaml): each of its member
+designs (sweeps/ensemble_member/: encoder, size, tokenizer and head as the sweep composes them) as
+`FOLDS` fold models, and the two linear baselines with theirs. Their weights are trained for a couple
+of steps only, without pretraining: what a title costs to serve does not depend on them. Both timings
+include reading the models, as a `predict` command does; each member's share is timed on its own too."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from benchmarks.constants import REPO_ROOT
+
+SWEEP = "ensemble"  # sweeps/ensemble.yaml: the members the benchmark serves by default
 FOLDS = 5  # the ensemble sweep's folds: each member serves as many fold models
 TRAIN_STEPS = 2
 
 
-def build_artefact(records: list, data, train_rows: np.ndarray, work: Path) -> Path:
+def sweep_members(repo: Path = REPO_ROOT) -> list[str]:
+    """The ensemble sweep's member designs (its `+ensemble_member` axis), in the sweep's order."""
+    from klue_tc.jobs.sweeps import sweep_jobs
+
+    jobs = sweep_jobs(SWEEP, sweeps_dir=repo / "sweeps", conf_dir=repo / "conf")
+    choices = (o.split("=", 1)[1] for job in jobs for o in job if o.startswith("+ensemble_member="))
+    return list(dict.fromkeys(choices))
+
+
+def member_names(repo: Path = REPO_ROOT) -> list[str]:
+    """Every member design a sweep can name (sweeps/ensemble_member/*.yaml)."""
+    return sorted(p.stem for p in (repo / "sweeps" / "ensemble_member").glob("*.yaml"))
+
+
+def compose_member(member: str, spec: dict, repo: Path = REPO_ROOT):
+    """The RunConfig of the ensemble sweep's job for `member`, trained TRAIN_STEPS steps, not pretrained,
+    with the benchmark's data, batch, cache and device (and its --override values last)."""
+    from klue_tc.core.config import validate
+    from klue_tc.jobs.sweeps import compose_sweep
+
+    overrides = [
+        f"+ensemble_member={member}",
+        "pretrain=none",
+        "cv.fold=0",
+        f"data.batch_size={spec['batch_size']}",
+        f"data.cache_dir={spec['cache_dir']}",
+        "trainer.max_epochs=1",
+        f"trainer.limit_train_batches={TRAIN_STEPS}",
+        f"trainer.accelerator={'gpu' if spec['gpu'] else 'cpu'}",
+        "trainer.devices=1",
+        "trainer.progress_bar=none",
+        "logger=none",
+        *spec.get("overrides", []),
+    ]
+    return validate(compose_sweep(SWEEP, overrides, sweeps_dir=repo / "sweeps", conf_dir=repo / "conf"))
+
+
+def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray, work: Path) -> Path:
     """The folder: each record as a member of FOLDS fold models, the linear baselines beside them,
     every member weighted alike."""
     import joblib
@@ -30,10 +73,7 @@ def build_artefact(records: list, data, train_rows: np.ndarray, work: Path) -> P
     from klue_tc.ensemble.stage import Ensemble
     from klue_tc.training.baseline import BASELINES
 
-    members = [
-        Member(f"{r.describe.encoder if r.describe else i}-{i}", f"network {i}", NEURAL, np.zeros((1, 1)), None)
-        for i, r in enumerate(records)
-    ]
+    members = [Member(name, name, NEURAL, np.zeros((1, 1)), None) for name in names]
     for member, record in zip(members, records):
         member.folds = [replace(record, fold=k) for k in range(FOLDS)]
     texts, labels = [data.texts[i] for i in train_rows], data.labels[train_rows]
@@ -49,26 +89,51 @@ def build_artefact(records: list, data, train_rows: np.ndarray, work: Path) -> P
     return write_artefact(ensemble, work / "ensemble-model")
 
 
-def serving_speeds(artefact: Path, single: tuple[Path, Path], texts: list[str], batch_size: int) -> dict:
-    """Titles/s of the ensemble's folder and of one fold model, each read from disk and run on `texts`."""
-    from klue_tc.ensemble.artefact import artefact_probs, read_manifest
+def timed(call: Callable[[], object], clock: str = "wall") -> float:
+    """Seconds `call` takes on the wall clock or this process's CPU clock (robust on a busy machine
+    with one thread)."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
+    started = now()
+    call()
+    return now() - started
+
+
+def serving_speeds(
+    artefact: Path, single: tuple[Path, Path], texts: list[str], batch_size: int, clock: str = "wall"
+) -> dict:
+    """Titles/s of the ensemble's folder and of one fold model, each read from disk and run on `texts`;
+    then each member's fold models alone, as the ensemble serves them."""
+    from klue_tc.ensemble.artefact import artefact_probs, member_probs, read_manifest
     from klue_tc.ensemble.serving import neural_fold_probs
 
-    neural_fold_probs(*single, texts[:8], batch_size)  # imports and kernels warm for both timings
-    started = time.perf_counter()
-    neural_fold_probs(*single, texts, batch_size)
-    single_s = time.perf_counter() - started
-    started = time.perf_counter()
-    artefact_probs(artefact, texts, batch_size)
-    ensemble_s = time.perf_counter() - started
     manifest = read_manifest(artefact)
+    classes = len(manifest["label_names"])
+    # Imports, the morpheme dictionary and kernels warm for every timing: a served process keeps them.
+    neural_fold_probs(*single, texts[:8], batch_size)
+    artefact_probs(artefact, texts[:8], batch_size)
+    single_s = timed(lambda: neural_fold_probs(*single, texts, batch_size), clock)
+    ensemble_s = timed(lambda: artefact_probs(artefact, texts, batch_size), clock)
+    per_member = []
+    for member in manifest["members"]:
+        seconds = timed(partial(member_probs, artefact, member, texts, classes, batch_size), clock)
+        per_member.append(
+            {
+                "name": member["name"],
+                "kind": member["kind"],
+                "fold_models": len(member["folds"]),
+                "seconds": seconds,
+                "titles_per_s": len(texts) / seconds,
+            }
+        )
     return {
         "titles": len(texts),
+        "clock": clock,
         "members": len(manifest["members"]),
         "fold_models": sum(len(m["folds"]) for m in manifest["members"]),
         "single_titles_per_s": len(texts) / single_s,
         "ensemble_titles_per_s": len(texts) / ensemble_s,
         "slowdown": ensemble_s / single_s,
+        "per_member": per_member,
     }
 
 
@@ -80,7 +145,7 @@ def ensemble_lines(result: dict) -> list[str]:
         return []
     rows = [
         [
-            f"one fold model ({result.get('single_model', 'the first encoder')})",
+            f"one fold model ({result.get('single_model', 'the first member')})",
             "1",
             fmt(result["single_titles_per_s"]),
             "1.00x",
@@ -92,13 +157,23 @@ def ensemble_lines(result: dict) -> list[str]:
             f"{fmt(result['slowdown'], '.1f')}x",
         ],
     ]
+    single = result["single_titles_per_s"]
+    rows += [
+        [
+            f"member {m['name']} ({m['kind']})",
+            str(m["fold_models"]),
+            fmt(m["titles_per_s"]),
+            f"{fmt(single / m['titles_per_s'], '.1f')}x",
+        ]
+        for m in result.get("per_member", [])
+    ]
     return [
         "### Serving: an ensemble's folder against a single model",
         "",
         markdown_table(("predict on", "models", "titles/s", "time per title"), rows),
         "",
-        f"`python -m klue_tc.predict`'s path on the {result['titles']} held-out titles, models read from disk "
-        "each time; the ensemble is the benchmark's encoders and the two linear baselines, each as a member of "
-        f"{FOLDS} fold models (what sweeps/ensemble.yaml trains), trained {TRAIN_STEPS} steps: the cost of a "
-        "title does not depend on the weights.",
+        f"`python -m klue_tc.predict`'s path on the {result['titles']} held-out titles ({result.get('clock', 'wall')} "
+        "clock), models read from disk each time; the ensemble is sweeps/ensemble.yaml's member designs and the two "
+        f"linear baselines, each as {FOLDS} fold models, trained {TRAIN_STEPS} steps: the cost of a title does not "
+        "depend on the weights. A member's row is its fold models alone.",
     ]

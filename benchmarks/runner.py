@@ -38,6 +38,7 @@ class Bench:
     clock: str = "wall"
     phase_budget_s: float = 240.0  # with --gpu: each phase stops starting runs once this is spent
     runs: tuple[str, ...] = RUNS  # which of the runs to make (CPU): klue_tc, pretrain, notebook, reference, overhead
+    ensemble_members: list[str] = field(default_factory=list)  # sweeps/ensemble_member/ names; none: the sweep's
 
     @property
     def env(self) -> dict:
@@ -136,14 +137,23 @@ class Bench:
 
     def ensemble_run(self) -> Optional[dict]:
         """An ensemble's folder served against one fold model (benchmarks/ensemble.py)."""
-        self.say("ensemble: serving an ensemble's folder against a single model ...")
-        members = [self.worker_spec(e, True, "ensemble")["choice"] for e in self.encoders]
-        spec = {**self.worker_spec(self.encoders[0], True, "ensemble"), "kind": "ensemble", "members": members}
+        from benchmarks.ensemble import sweep_members
+
+        members = self.ensemble_members or sweep_members()
+        self.say(
+            f"ensemble: serving an ensemble's folder ({', '.join(members)} and the baselines) against one model ..."
+        )
+        spec = {
+            **self.worker_spec(self.encoders[0], True, "ensemble"),  # data, batch, threads, cache
+            "kind": "ensemble",
+            "members": members,
+            "clock": self.clock,
+        }
         result, _ = self._worker("ensemble", spec)
         if result is not None:
             self.say(
                 f"ensemble: {result['ensemble_titles_per_s']:.0f} titles/s ({result['fold_models']} models), "
-                f"one model {result['single_titles_per_s']:.0f} titles/s"
+                f"one model {result['single_titles_per_s']:.0f} titles/s: {result['slowdown']:.1f}x the time"
             )
         return result
 

@@ -316,26 +316,25 @@ def _barrier(directory: Path, count: int, name: str, timeout_s: float = 600) -> 
 
 
 def ensemble_worker(spec: dict) -> dict:
-    """An ensemble's folder of the benchmark's encoders (a couple of training steps each) and the
-    linear baselines, served against one fold model on the held-out titles (benchmarks/ensemble.py)."""
+    """An ensemble's folder of the ensemble sweep's member designs (a couple of training steps each)
+    and the linear baselines, served against one fold model on the held-out titles (benchmarks/ensemble.py)."""
     import numpy as np
 
-    from benchmarks.ensemble import TRAIN_STEPS, build_artefact, serving_speeds
+    from benchmarks.ensemble import build_artefact, compose_member, serving_speeds
     from klue_tc.jobs.job_setup import standalone_job
     from klue_tc.training.fold import train_fold
 
     work = Path(spec["work_dir"])
     work.mkdir(parents=True, exist_ok=True)
-    short = [f"trainer.limit_train_batches={TRAIN_STEPS}", "trainer.max_epochs=1"]
     records = []
-    for choice in spec["members"]:
-        run = compose_run(run_overrides({**spec, "choice": choice, "overrides": [*spec["overrides"], *short]}))
+    for member in spec["members"]:
+        run = compose_member(member, spec)
         data, prepared = _prepare(run, spec)
         state = Path(tempfile.mkdtemp(dir=work, prefix="training-state-"))
-        records.append(train_fold(standalone_job(run, data, work / choice.split("=")[-1], state), 0, prepared))
+        records.append(train_fold(standalone_job(run, data, work / member, state), 0, prepared))
     n_train = len(data) - len(prepared.val_index)
-    artefact = build_artefact(records, data, np.arange(n_train), work)
+    artefact = build_artefact(records, spec["members"], data, np.arange(n_train), work)
     single = (Path(records[0].checkpoint), Path(records[0].tokenizer_dir))
     held = [data.texts[i] for i in range(n_train, len(data))]
-    speeds = serving_speeds(artefact, single, held, spec["batch_size"])
-    return {"kind": "ensemble", "single_model": spec["members"][0].split("=")[-1], **speeds}
+    speeds = serving_speeds(artefact, single, held, spec["batch_size"], spec.get("clock", "wall"))
+    return {"kind": "ensemble", "single_model": f"{spec['members'][0]}, one fold", **speeds}

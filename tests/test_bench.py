@@ -284,20 +284,72 @@ def _headlines(path: Path, per_class: int = 20) -> Path:
     return path
 
 
-def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
-    from benchmarks.ensemble import FOLDS, ensemble_lines
-    from benchmarks.worker import run_worker
+def test_the_ensemble_run_serves_the_ensemble_sweeps_members():
+    from benchmarks.ensemble import compose_member, sweep_members
 
-    data = _headlines(tmp_path / "train.tsv")
-    tiny = ["encoder.d_model=32", "encoder.heads=2", "head.hidden=32", "tokenizer.vocab_size=300"]
-    b = bench.Bench(data, 40, 1, 16, ["transformer", "cnn"], None, 1, False, tmp_path, 300, overrides=tiny)
-    members = [b.worker_spec(e, True, "ensemble")["choice"] for e in b.encoders]
-    result = run_worker({**b.worker_spec("transformer", True, "ensemble"), "kind": "ensemble", "members": members})
+    members = sweep_members()
+    assert members == ["transformer_sentencepiece", "transformer_kobert", "cnn_mecab", "trans_blstm_parallel_mecab"]
+    spec = {"batch_size": 16, "cache_dir": "cache", "gpu": False}
+    cnn = compose_member("cnn_mecab", spec)  # the sweep's design, trained a couple of steps, not pretrained
+    assert (cnn.encoder.name, cnn.encoder.layers, cnn.tokenizer.name, cnn.pretrain.objective) == (
+        "cnn",
+        4,
+        "mecab",
+        "none",
+    )
+    assert cnn.trainer.limit_train_batches == 2 and cnn.data.batch_size == 16
+
+
+ENSEMBLE_MEMBERS = ["transformer_sentencepiece", "cnn_mecab"]
+TINY_MEMBERS = ["encoder.d_model=32", "encoder.heads=2", "head.hidden=32", "encoder.layers=1"]
+
+
+def _served(result: dict, text: str) -> None:
+    """The ensemble run's figures for ENSEMBLE_MEMBERS and the two baselines, and its report section."""
+    from benchmarks.ensemble import FOLDS
+
     assert result["members"] == 4 and result["fold_models"] == 4 * FOLDS  # 2 networks, 2 linear baselines
     assert result["titles"] == 8 and result["single_titles_per_s"] > 0 and result["ensemble_titles_per_s"] > 0
     assert result["slowdown"] == pytest.approx(result["single_titles_per_s"] / result["ensemble_titles_per_s"])
-    text = "\n".join(ensemble_lines(result))
+    assert [m["name"] for m in result["per_member"]][:2] == ENSEMBLE_MEMBERS and result["clock"] == "cpu"
+    assert all(m["fold_models"] == FOLDS and m["titles_per_s"] > 0 for m in result["per_member"])
     assert f"| ensemble: 4 members x {FOLDS} folds | {4 * FOLDS} |" in text
+    assert "| member cnn_mecab (neural) | 5 |" in text and "(transformer_sentencepiece, one fold)" in text
+
+
+def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
+    from benchmarks.ensemble import ensemble_lines
+    from benchmarks.worker import run_worker
+
+    data = _headlines(tmp_path / "train.tsv")
+    b = bench.Bench(data, 40, 1, 16, ["transformer"], None, 1, False, tmp_path, 300, overrides=TINY_MEMBERS)
+    spec = {**b.worker_spec("transformer", True, "ensemble"), "kind": "ensemble", "clock": "cpu"}
+    result = run_worker({**spec, "members": ENSEMBLE_MEMBERS})
+    _served(result, "\n".join(ensemble_lines(result)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_ensemble_run_end_to_end(tmp_path):
+    """`python -m benchmarks --runs ensemble` (what `make bench ARGS="--runs ensemble"` runs), tiny."""
+    data = _headlines(tmp_path / "train.tsv")
+    out = tmp_path / "bench.md"
+    argv = ["--data", str(data), "--limit", "40", "--batch-size", "16", "--threads", "1", "--clock", "cpu"]
+    argv += ["--runs", "ensemble", "--ensemble-members", ",".join(ENSEMBLE_MEMBERS), "--out", str(out)]
+    assert bench.main(argv + [f"--override={o}" for o in TINY_MEMBERS]) == 0
+    _served(json.loads(out.with_suffix(".json").read_text())["ensemble"], out.read_text())
+
+
+def test_an_unknown_ensemble_member_is_one_line(tmp_path):
+    data = _headlines(tmp_path / "train.tsv")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--data", str(data), "--runs", "ensemble", "--ensemble-members", "cnn,x"],
+        capture_output=True,
+        text=True,
+        cwd=bench.REPO_ROOT,
+    )
+    assert done.returncode == 2 and "--ensemble-members: unknown cnn, x; choose from cnn_mecab," in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
@@ -324,6 +376,8 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
         str(out),
         "--timeout",
         "600",
+        "--ensemble-members",
+        "transformer_sentencepiece,cnn_mecab",
     ]
     if not reference.is_file():
         cmd += ["--reference", str(tmp_path / "absent.py")]
@@ -341,7 +395,7 @@ def test_bench_smoke_runs_every_encoder(tmp_path):
         assert r["efficiency"]["pretrain_gflops_per_s"] > 0 and r["efficiency"]["finetune_gflops_per_s"] > 0
     assert report["overhead"]["cached"]["time_to_first_step_s"] > 0
     assert report["overhead"]["first"]["time_to_first_step_s"] > 0
-    assert report["ensemble"]["fold_models"] == (len(bench.ENCODERS) + 2) * 5 and report["ensemble"]["slowdown"] > 0
+    assert report["ensemble"]["fold_models"] == (2 + 2) * 5 and report["ensemble"]["slowdown"] > 0
     table = out.read_text()
     for encoder in bench.ENCODERS:
         assert f"| {encoder} |" in table

@@ -141,24 +141,31 @@ def artefact_probs(
 ) -> tuple[np.ndarray, list[str]]:
     """The ensemble's probabilities for `titles`, and the classes' names: each member's fold
     models averaged (calibrated, or as votes), the members weighted, as the ensemble stage scored them."""
-    from klue_tc.ensemble.calibration import logits_of, tempered
-    from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
-
     directory = Path(directory)
     manifest = read_manifest(directory)
     classes = len(manifest["label_names"])
     total = None
     for member in manifest["members"]:
-        parts = []
-        for fold in member["folds"]:
-            if member["kind"] == "linear":
-                probs = linear_fold_probs(directory / fold["model"], fold["temperature"], titles, classes)
-            else:
-                checkpoint, tokenizer = directory / fold["checkpoint"], directory / fold["tokenizer"]
-                if not checkpoint.is_file() or not tokenizer.is_dir():
-                    raise ArtefactError(f"{directory}: {member['name']} fold {fold['fold']}'s model is missing")
-                probs = neural_fold_probs(checkpoint, tokenizer, titles, batch_size)
-            parts.append(as_votes(probs) if member["votes"] else tempered(logits_of(probs), member["temperature"]))
-        contribution = member["weight"] * np.mean(parts, axis=0)
+        contribution = member["weight"] * member_probs(directory, member, titles, classes, batch_size)
         total = contribution if total is None else total + contribution
     return total.astype(np.float32), list(manifest["label_names"])
+
+
+def member_probs(
+    directory: Path, member: dict, titles: Sequence[str], classes: int, batch_size: int = EVAL_BATCH_SIZE
+) -> np.ndarray:
+    """One member of the manifest on `titles`: its fold models' mean (calibrated, or as votes), unweighted."""
+    from klue_tc.ensemble.calibration import logits_of, tempered
+    from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
+
+    parts = []
+    for fold in member["folds"]:
+        if member["kind"] == "linear":
+            probs = linear_fold_probs(directory / fold["model"], fold["temperature"], titles, classes)
+        else:
+            checkpoint, tokenizer = directory / fold["checkpoint"], directory / fold["tokenizer"]
+            if not checkpoint.is_file() or not tokenizer.is_dir():
+                raise ArtefactError(f"{directory}: {member['name']} fold {fold['fold']}'s model is missing")
+            probs = neural_fold_probs(checkpoint, tokenizer, titles, batch_size)
+        parts.append(as_votes(probs) if member["votes"] else tempered(logits_of(probs), member["temperature"]))
+    return np.mean(parts, axis=0)
