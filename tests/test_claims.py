@@ -208,3 +208,36 @@ def test_every_pretraining_objective_in_the_grid_is_judged_against_scratch_under
     assert claims["vii.toy"].difference > claims["vii.mlm"].difference + 0.04
     table = interactions(pd.concat([one, toy], ignore_index=True))
     assert {"mlm − none, cnn", "toy − none, cnn"} <= set(table["comparison"])
+
+
+def test_the_claims_subjects_are_the_encoders_whose_blocks_hold_a_convolution_or_a_blstm(monkeypatch):
+    """Encoders of other names, registered with a convolution and a BLSTM in their blocks, are the
+    subjects of claims (i)-(iii) and of the questions' checks, as cnn and trans_blstm are."""
+    from klue_tc.core.registry import ENCODERS, Variant
+    from klue_tc.models.blocks import BLSTMSublayer, ConvSublayer
+    from klue_tc.models.encoders.transformer import TransformerConfig
+    from klue_tc.report.evidence import QUESTIONS
+
+    ENCODERS.names()  # the built-ins registered before two more join them
+    monkeypatch.setitem(
+        ENCODERS._variants, "dilated", Variant("dilated", TransformerConfig, lambda cfg: [ConvSublayer(8, 8, 3, 0.0)])
+    )
+    monkeypatch.setitem(
+        ENCODERS._variants, "blstm_mixer", Variant("blstm_mixer", TransformerConfig, lambda cfg: [BLSTMSublayer(8)])
+    )
+    renamed = {"cnn": "dilated", "trans_blstm": "blstm_mixer"}
+    folds = synthetic_folds(lambda encoder, *_: -0.03 if encoder == "cnn" else 0.0)
+    folds["encoder"] = folds["encoder"].replace(renamed)
+    claims = {c.id: c for c in judge_claims(folds)}
+    assert claims["i"].verdict == REPRODUCED and "(dilated − each other encoder)" in claims["i"].statement
+    assert "dilated − transformer" in claims["i"].evidence and len(claims["i"].comparisons) == 3
+    assert "(blstm_mixer and trans_blstm_parallel, averaged)" in claims["ii"].statement
+    assert "(blstm_mixer and trans_blstm_parallel)" in claims["iii"].statement
+    questions = {q.id: q for q in QUESTIONS if q.id in ("i", "ii", "iii")}
+    assert all(q.has_levels(folds) for q in questions.values())
+    assert set(folds.loc[questions["i"].reference(folds), "encoder"]) == {
+        "transformer",
+        "blstm_mixer",
+        "trans_blstm_parallel",
+    }
+    assert set(folds.loc[questions["ii"].reference(folds), "encoder"]) == {"transformer", "dilated"}

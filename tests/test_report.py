@@ -512,3 +512,23 @@ def test_a_report_interrupted_while_it_writes_leaves_the_previous_one_whole(swee
     after = {p: p.read_bytes() for p in sweep_dir.iterdir() if p.is_file()}
     assert after.keys() == before.keys()  # nothing half-written beside them either
     assert [p.name for p in after if after[p] != before[p]] == []
+
+
+def test_a_section_is_one_entry_of_the_contents_shown_only_where_it_has_something(sweep_dir: Path, monkeypatch):
+    """A new section is a function of the report context and one line in the contents: report.md
+    shows it where it says something, and leaves out one with nothing, heading and all."""
+    from klue_tc.report import contents
+    from klue_tc.report.context import Lines
+
+    def folds_counted(report) -> list[str]:
+        return ["## Folds counted", "", f"{len(report.folds)} folds of {len(report.summary)} configurations.", ""]
+
+    monkeypatch.setattr(
+        contents,
+        "SECTIONS",
+        [*contents.SECTIONS[:-2], Lines("Folds counted", folds_counted), Lines("Nothing", lambda report: [])],
+    )
+    write_report(sweep_dir)
+    text = (sweep_dir / "report.md").read_text(encoding="utf-8")
+    assert "\n## Folds counted\n\n" in text and text.index("## Folds counted") > text.index("## Cost and convergence")
+    assert "Nothing" not in text

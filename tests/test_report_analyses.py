@@ -433,14 +433,20 @@ def pretrained_from(key: str, seconds: float, include_scored: bool = False) -> d
 
 def test_the_pretrained_encoders_section_says_what_they_read_and_cost():
     """Fold 0 waited for the pretraining (its first step came after it) and names the machine; the
-    other folds found the encoder stored."""
+    other folds found the encoder stored. The records are of older code that named neither the
+    machine nor the seed of a pretraining: the report's one upgrade step fills both in."""
+    from klue_tc.report.loading import upgraded_record
     from klue_tc.report.pretrained import pretraining_section, pretrainings
+    from klue_tc.report.replicates import pretraining_seed
 
     two, four = (Describe("transformer", "transformer", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
-    folds = [
+    older = [
         record("p2", k, describe=two, pretrained=pretrained_from("e2", 600.0), time_to_first_step_s=(605.0, 1, 1)[k])
         for k in range(3)
     ] + [record("p4", 0, describe=four, pretrained=pretrained_from("e4", 1200.0), time_to_first_step_s=2.0)]
+    folds = [upgraded_record(r, run_seed=7) for r in older]
+    assert [pretraining_seed(r) for r in folds] == [7] * 4 and pretraining_seed(record("scratch", 0)) is None
+    assert folds[0].pretrained["device"] == "CPU A" and "device" not in folds[1].pretrained
     frame = pretrainings([*folds, record("scratch", 0)])
     assert list(frame.index) == ["e2", "e4"] and frame.loc["e2", "machine"] == "CPU A, 1 thread"
     assert pd.isna(frame.loc["e4", "machine"])  # found stored by every fold of its configuration here

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
-from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.report.sections import Findings, configurations, ranked_by_cv
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
 from klue_tc.store.records import FoldResult
 
@@ -149,13 +149,13 @@ def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
     )
 
 
-def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence[dict]) -> Section:
+def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence[dict]) -> Findings:
     from klue_tc.report.render import markdown_table
 
     lines = ["## Against the linear baselines", ""]
     contenders = compare_best(records, baselines)
     if not contenders:
-        return Section.left_out(
+        return Findings.left_out(
             "against the linear baselines", "the records or the baselines kept no per-title predictions"
         )
     comparisons = [v for c in contenders for v in c.comparisons]
@@ -190,4 +190,4 @@ def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence
         *markdown_table(table, ["best by CV − baseline", *table.columns]),
         "",
     ]
-    return Section(lines, verdict=verdict_line(contenders))
+    return Findings(lines, verdict=verdict_line(contenders))

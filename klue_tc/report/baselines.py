@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from klue_tc.report.loading import Recipe
-from klue_tc.report.sections import Section
+from klue_tc.report.sections import Findings
 
 
 def linear_baselines(recipe: Optional[Recipe], directory: Path) -> list[dict]:
@@ -23,12 +23,12 @@ def linear_baselines(recipe: Optional[Recipe], directory: Path) -> list[dict]:
     return [scores for b in BASELINES if (scores := baseline_scores(recipe, directory, b)) is not None]
 
 
-def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Section:
+def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Findings:
     from klue_tc.report.render import markdown_table
 
     lines = ["## Linear baselines", ""]
     if not baselines:
-        return Section.left_out("linear baselines", "the runs name no common data file and folds")
+        return Findings.left_out("linear baselines", "the runs name no common data file and folds")
     rule = (
         "each fold's setting chosen on its inner split (the titles the neural models choose their epoch on)"
         if recipe is not None and recipe.inner_fraction is not None
@@ -57,4 +57,4 @@ def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Se
         *markdown_table(table, ["baseline", *table.columns]),
         "",
     ]
-    return Section(lines)
+    return Findings(lines)

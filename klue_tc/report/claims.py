@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from klue_tc.report.effects import REFERENCES, Effect
+from klue_tc.report.encoder_traits import encoders_with, is_blstm, is_convolution
 from klue_tc.report.grid_model import (
     CONFIDENCE,
     TIES_METHOD,
@@ -34,7 +35,6 @@ from klue_tc.store.records import FROM_SCRATCH
 REPRODUCED, REFUTED, INCONCLUSIVE, YES, NO = "reproduced", "refuted", "inconclusive", "yes", "no"
 SHARP_DROP = 0.02  # two points of macro-F1: well above fold noise, the least a fall called "sharp" can mean
 NEGLIGIBLE = 0.01  # one point of macro-F1: a gain this small would not change which design a reader picks
-BLSTM = ("trans_blstm", "trans_blstm_parallel")
 SHALLOW, DEEP = (2, 3, 4), (5, 6)
 METRIC_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 
@@ -107,21 +107,31 @@ def _helps(effect: Effect) -> str:
     return YES if effect.low > 0 else NO if effect.high < NEGLIGIBLE else INCONCLUSIVE
 
 
+def subject(encoders: Sequence[str]):
+    """The encoders a claim is about as one level: the name of one, else the tuple (averaged)."""
+    return encoders[0] if len(encoders) == 1 else tuple(encoders)
+
+
 def cnn_is_lowest(grid: Grid) -> Claim:
-    statement = "(i) The CNN-augmented encoder is the lowest (cnn − each other encoder)."
-    others = [e for e in grid.levels("encoder") if e != "cnn"]
-    if "cnn" not in grid.levels("encoder"):
+    """The CNN-augmented encoders: every encoder whose blocks hold a convolution (averaged where several)."""
+    convolutional = encoders_with(grid.levels("encoder"), is_convolution)
+    name = " and ".join(convolutional)
+    compared = f"{name}{', averaged,' if len(convolutional) > 1 else ''} − each other encoder" if name else "none here"
+    statement = f"(i) The CNN-augmented encoder is the lowest ({compared})."
+    others = [e for e in grid.levels("encoder") if e not in convolutional]
+    if not convolutional:
         return _claim("i", statement, INCONCLUSIVE, [])
     level = family_confidence(len(others))
-    effects = [grid.difference("encoder", "cnn", other, level) for other in others]
+    effects = [grid.difference("encoder", subject(convolutional), other, level) for other in others]
     verdict, deciding = _ordering(effects, above=False)
     return _claim("i", statement, verdict, effects, deciding)
 
 
 def trans_blstm_is_highest(grid: Grid) -> list[Claim]:
-    """Judged with both variants averaged (fixed before looking), then each variant on its own."""
-    present = tuple(v for v in BLSTM if v in grid.levels("encoder"))
-    others = [e for e in grid.levels("encoder") if e not in BLSTM]
+    """TRANS-BLSTM: every encoder whose blocks hold a BLSTM. Judged with the variants averaged
+    (fixed before looking), then each variant on its own."""
+    present = tuple(encoders_with(grid.levels("encoder"), is_blstm))
+    others = [e for e in grid.levels("encoder") if e not in present]
     claims = []
     for id, variants in [("ii", present), *([(f"ii.{v}", (v,)) for v in present] if len(present) > 1 else [])]:
         name = " and ".join(variants) if variants else "no variant"
@@ -158,7 +168,7 @@ def _sharp_fall_verdict(effect: Effect) -> str:
 
 
 def trans_blstm_falls_from_5_layers(grid: Grid) -> list[Claim]:
-    present = [v for v in BLSTM if v in grid.levels("encoder")]
+    present = encoders_with(grid.levels("encoder"), is_blstm)
     claims = []
     # One variant per sub-claim only where there are two: with one, it would repeat the claim.
     per_variant = [(f"iii.{v}", [v]) for v in present] if len(present) > 1 else []

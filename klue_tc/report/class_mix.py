@@ -19,7 +19,7 @@ import pandas as pd
 from klue_tc.core.errors import KlueTcError
 from klue_tc.report.loading import Recipe
 from klue_tc.report.per_class import validation_matrices
-from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.report.sections import Findings, configurations, ranked_by_cv
 from klue_tc.store.records import FoldResult
 
 log = logging.getLogger(__name__)
@@ -88,16 +88,16 @@ def reweighted_scores(records: Sequence[FoldResult], class_weights: np.ndarray) 
 
 def class_mix_section(
     records: Sequence[FoldResult], recipe: Optional[Recipe], baselines: Sequence[dict] = ()
-) -> Section:
+) -> Findings:
     from klue_tc.report.render import markdown_table
 
     lines = ["## Class mix: training titles against the validation file", ""]
     if recipe is None:
-        return Section.left_out("class mix", "the runs do not agree on one data file and fold setting")
+        return Findings.left_out("class mix", "the runs do not agree on one data file and fold setting")
     try:
         names, train, validation = class_counts(recipe)
     except KlueTcError as err:
-        return Section.left_out("class mix", str(err))
+        return Findings.left_out("class mix", str(err))
     weights = importance_weights(train, validation)
     mix = pd.DataFrame(
         {
@@ -110,7 +110,7 @@ def class_mix_section(
     lines += [*markdown_table(mix, ["class", *mix.columns]), ""]
     scores = reweighted_scores(records, weights)
     if scores.empty:
-        return Section(lines + ["No reweighted scores: no record holds a validation confusion matrix.", ""])
+        return Findings(lines + ["No reweighted scores: no record holds a validation confusion matrix.", ""])
     cv = ranked_by_cv(records)
     scores = scores.join(cv.rename("cv_f1"))
     gap = (scores.cv_f1 - scores.validation_f1_scored).mean()
@@ -154,4 +154,4 @@ def class_mix_section(
         *markdown_table(table.map(lambda v: f"{v:.3f}"), ["configuration", *table.columns]),
         "",
     ]
-    return Section(lines, columns=scores[["validation_f1_train_mix"]])
+    return Findings(lines, columns=scores[["validation_f1_train_mix"]])

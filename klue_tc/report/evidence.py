@@ -15,8 +15,9 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
-from klue_tc.report.claims import BLSTM, DEEP, SHALLOW, Claim
+from klue_tc.report.claims import DEEP, SHALLOW, Claim
 from klue_tc.report.effects import REFERENCES
+from klue_tc.report.encoder_traits import encoders_with, is_blstm, is_convolution
 from klue_tc.report.exclusions import Exclusion, chance_f1, near_chance
 
 GUARD_Z = 1.96  # two-sided 95 %, as the report's other intervals
@@ -53,12 +54,19 @@ def _encoders(folds: pd.DataFrame) -> set:
     return set(folds["encoder"])
 
 
+def _with(folds: pd.DataFrame, trait) -> pd.Series:
+    """A mask over the fold rows: those of an encoder whose blocks hold a module `trait` names."""
+    return folds["encoder"].isin(encoders_with(sorted(_encoders(folds)), trait))
+
+
 def _study_encoders(folds: pd.DataFrame) -> bool:
-    return {"cnn", "transformer"} <= _encoders(folds) and bool(set(BLSTM) & _encoders(folds))
+    """A convolutional encoder, a TRANS-BLSTM and a plain transformer (an encoder with neither)."""
+    convolutional, blstm = _with(folds, is_convolution), _with(folds, is_blstm)
+    return bool(convolutional.any() and blstm.any() and (~convolutional & ~blstm).any())
 
 
 def _depths(folds: pd.DataFrame) -> bool:
-    blstm = folds[folds["encoder"].isin(BLSTM)]
+    blstm = folds[_with(folds, is_blstm)]
     return blstm["layers"].isin(SHALLOW).any() and blstm["layers"].isin(DEEP).any()
 
 
@@ -71,7 +79,7 @@ QUESTIONS = [
         "i",
         "the study's encoders (cnn, transformer and a TRANS-BLSTM)",
         _study_encoders,
-        lambda f: f["encoder"] != "cnn",
+        lambda f: ~_with(f, is_convolution),
         "the encoders cnn is compared with",
         factor="encoder",
     ),
@@ -79,7 +87,7 @@ QUESTIONS = [
         "ii",
         "the study's encoders (cnn, transformer and a TRANS-BLSTM)",
         _study_encoders,
-        lambda f: ~f["encoder"].isin(BLSTM),
+        lambda f: ~_with(f, is_blstm),
         "the encoders TRANS-BLSTM is compared with",
         factor="encoder",
     ),
@@ -87,7 +95,7 @@ QUESTIONS = [
         "iii",
         f"a TRANS-BLSTM at {min(SHALLOW)}-{max(SHALLOW)} and at {min(DEEP)}-{max(DEEP)} layers",
         _depths,
-        lambda f: f["encoder"].isin(BLSTM) & f["layers"].isin(SHALLOW),
+        lambda f: _with(f, is_blstm) & f["layers"].isin(SHALLOW),
         f"TRANS-BLSTM at {min(SHALLOW)}-{max(SHALLOW)} layers",
         factor="layers",
     ),

@@ -55,7 +55,7 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
             continue
         describe = {**asdict(run.describe), "config_hash": run.config_hash}
         seed = config_seed(path.parent / "config.yaml")
-        rows += [fold_row(describe, record, seed) for record in run.folds]
+        rows += [fold_row(describe, upgraded_record(record, seed)) for record in run.folds]
     rows += stored_rows(directory)
     if final_models:
         log.info("left out, final models (cv.folds=1) with no CV score: %s", ", ".join(map(str, final_models)))
@@ -111,7 +111,7 @@ def stored_rows(directory: Path) -> list[dict]:
             if record.config_hash not in seeds:  # one config.yaml per configuration, read once
                 seeds[record.config_hash] = config_seed(root / record.config_hash / CONFIG_FILE)
             describe = {**asdict(record.describe), "config_hash": record.config_hash}
-            rows.append(fold_row(describe, record, seeds[record.config_hash]))
+            rows.append(fold_row(describe, upgraded_record(record, seeds[record.config_hash])))
     return rows
 
 
@@ -130,7 +130,7 @@ def fold_records(directory: str | Path) -> list[FoldResult]:
     sizes and, from a results store, per-title predictions. Diverged folds are left out."""
     from dataclasses import replace
 
-    from klue_tc.store.results import ResultsStore
+    from klue_tc.store.results import CONFIG_FILE, ResultsStore
 
     directory = Path(directory)
     found: dict[tuple[str, int], FoldResult] = {}
@@ -141,17 +141,38 @@ def fold_records(directory: str | Path) -> list[FoldResult]:
             continue  # fold_frame names it
         if run.cv_folds == 1:  # a final model: fold_frame names it
             continue
+        seed = config_seed(path.parent / "config.yaml")
         for record in run.folds:
-            found[run.config_hash, record.fold] = replace(record, describe=run.describe, config_hash=run.config_hash)
+            record = replace(record, describe=run.describe, config_hash=run.config_hash)
+            found[run.config_hash, record.fold] = upgraded_record(record, seed)
     for root in store_roots(directory):
         for record in ResultsStore(root).records():
             if record.describe is not None and record.config_hash:
-                found[record.config_hash, record.fold] = record
+                seed = config_seed(root / record.config_hash / CONFIG_FILE)
+                found[record.config_hash, record.fold] = upgraded_record(record, seed)
     return [r for r in found.values() if not r.diverged and r.f1 is not None and not math.isnan(r.f1)]
 
 
-def fold_row(describe: dict, record: FoldResult, run_seed: int) -> dict:
-    """`run_seed`: the run's `seed`, which pretrained the encoder of a record that names no seed of its own."""
+def upgraded_record(record: FoldResult, run_seed: int) -> FoldResult:
+    """The record as every section reads it, whichever code wrote it: beside klue_tc.store.records'
+    `upgraded`, the one place that fills in what older code left out of a pretrained encoder's note,
+    the seed that pretrained it (the run's `seed`, before records named their own) and, where it
+    names no machine, the fold's own when the fold's first step waited for that pretraining."""
+    from dataclasses import replace
+
+    stored = record.pretrained
+    if not stored:
+        return record
+    stored = {"seed": run_seed, **stored}
+    seconds = stored.get("seconds") or 0.0
+    waited = record.time_to_first_step_s is not None and record.time_to_first_step_s >= 0.9 * seconds
+    if not stored.get("device") and seconds and waited:
+        stored = {**stored, "device": record.device, "threads": record.threads}
+    return replace(record, pretrained=stored)
+
+
+def fold_row(describe: dict, record: FoldResult) -> dict:
+    """One fold's row of the frame, from its record as `upgraded_record` reads it."""
     return {
         **describe,
         "fold": record.fold,
@@ -172,7 +193,7 @@ def fold_row(describe: dict, record: FoldResult, run_seed: int) -> dict:
         "classes": class_count(record),
         # the inner split's lowest cross-entropy over the epochs: near ln K, nothing learnt from the titles
         "best_inner_loss": min((e.inner_loss for e in record.learning_curve), default=float("nan")),
-        REPLICATE: pretraining_seed(record, run_seed),
+        REPLICATE: pretraining_seed(record),
     }
 
 

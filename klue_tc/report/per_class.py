@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from klue_tc.core.figures import save_figure
-from klue_tc.report.sections import Section, configurations, ranked_by_cv
+from klue_tc.report.sections import Findings, configurations, ranked_by_cv
 from klue_tc.store.records import FoldResult
 
 BEST_FOR_CLASSES, BEST_FOR_CURVES = 5, 3
@@ -61,7 +61,7 @@ def class_table(
     return pd.DataFrame(columns, index=names)
 
 
-def per_class_section(records: Sequence[FoldResult], directory: Path, baselines: Sequence[dict] = ()) -> Section:
+def per_class_section(records: Sequence[FoldResult], directory: Path, baselines: Sequence[dict] = ()) -> Findings:
     from klue_tc.report.render import markdown_table
 
     names = label_names(records)
@@ -69,7 +69,7 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
     ranked = list(ranked_by_cv(records).index)
     scored = [key for key in ranked if validation_matrices(records, key)]
     if names is None or not scored:
-        return Section.left_out("per-class F1 and confusion matrix", "no record holds a validation confusion matrix")
+        return Findings.left_out("per-class F1 and confusion matrix", "no record holds a validation confusion matrix")
     best = scored[:BEST_FOR_CLASSES]
     table = class_table(records, best, names, baselines)
     lines += [
@@ -110,7 +110,7 @@ def per_class_section(records: Sequence[FoldResult], directory: Path, baselines:
         ]
     else:
         lines += ["No learning curves: the records are of code that did not keep them.", ""]
-    return Section(lines, plots)
+    return Findings(lines, plots)
 
 
 def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], path: Path) -> Path:

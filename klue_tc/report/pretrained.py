@@ -9,16 +9,16 @@ from typing import Sequence
 import pandas as pd
 
 from klue_tc.pretraining.frequency_plateau import PLATEAU_NATS, plateau_warning
-from klue_tc.report.sections import Section, by_design, layer_table
-from klue_tc.report.speed import machine, machine_name
+from klue_tc.report.sections import Findings, by_design, layer_table
+from klue_tc.report.speed import machine_name
 from klue_tc.store.records import FoldResult
 
 
 def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
     """One row per pretrained encoder (indexed by its store key): the configuration that started
     from it, what it read, its last loss and seconds, and the machine that ran it: as its record
-    says, or, for records of older code that did not say, the machine of the fold whose first step
-    waited for it (unknown where every fold found it stored)."""
+    says (klue_tc.report.loading.upgraded_record names it for older records that did not: the machine
+    of the fold whose first step waited for it; unknown where every fold found it stored)."""
     rows: dict[str, dict] = {}
     for record in sorted(records, key=lambda r: r.fold):
         stored = record.pretrained
@@ -41,16 +41,15 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "machine": machine_name(stored["device"], stored.get("threads")) if stored.get("device") else None,
             },
         )
-        seconds = stored.get("seconds") or 0.0
-        if row["machine"] is None and seconds and record.time_to_first_step_s >= 0.9 * seconds:
-            row["machine"] = machine(record)
+        if row["machine"] is None and stored.get("device"):
+            row["machine"] = machine_name(stored["device"], stored.get("threads"))
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def pretraining_section(records: Sequence[FoldResult]) -> Section:
+def pretraining_section(records: Sequence[FoldResult]) -> Findings:
     frame = pretrainings(records)
     if frame.empty:
-        return Section([])
+        return Findings([])
     scored_in = int(frame["include_scored_titles"].sum())
     left_out = frame["left_out_scored_titles"].dropna()
     read = (
@@ -76,7 +75,7 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
     columns = stall_columns(frame)
     timed = frame.dropna(subset=["machine", "seconds"])
     if timed.empty:
-        return Section(lines, columns=columns)
+        return Findings(lines, columns=columns)
     lines += [
         "Minutes of pretraining as recorded, one table per machine (wall clock under whatever else ran beside it):",
         "",
@@ -84,7 +83,7 @@ def pretraining_section(records: Sequence[FoldResult]) -> Section:
     for name, part in timed.groupby("machine", sort=False):
         minutes = by_design(part, records, lambda rows: f"{rows['seconds'].iloc[0] / 60:.0f}")
         lines += [f"### {name}", "", *layer_table(minutes), ""]
-    return Section(lines, columns=columns)
+    return Findings(lines, columns=columns)
 
 
 def loss_lines(frame: pd.DataFrame, records: Sequence[FoldResult]) -> list[str]:

@@ -3,39 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import pandas as pd
 
 from klue_tc.report.claims import Claim
+from klue_tc.report.context import Effects, Report, Verdicts
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.loading import Recipe
-from klue_tc.report.summary import SharedCells
 
 METRICS = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 BASELINE = "TF-IDF char_wb 1-3-grams + linear SVM"
-
-
-@dataclass
-class Verdicts:
-    """The claims judged per metric, and a phrase per question the records cannot judge."""
-
-    judged: Mapping[str, list[Claim]]
-    not_judged: list[str] = field(default_factory=list)
-    left_out: Optional[str] = None  # the configurations the declared exclusion rules leave out, in a line
-    # Per metric, claim id -> the claim judged on every configuration (None: not judged there), for
-    # each verdict the declared exclusions change.
-    both_ways: Mapping[str, Mapping[str, Optional[Claim]]] = field(default_factory=dict)
-
-
-@dataclass
-class Effects:
-    """The marginal effects shown, and why any factor's are left out."""
-
-    table: pd.DataFrame
-    left_out: list[str] = field(default_factory=list)
 
 
 def recipe_line(recipe: Recipe, folds: pd.DataFrame) -> str:
@@ -351,74 +330,84 @@ def effects_lines(effects: Effects) -> list[str]:
     return lines
 
 
-def to_markdown(
-    directory: Path,
-    summary: pd.DataFrame,
-    folds: pd.DataFrame,
-    effects: Effects,
-    verdicts: Verdicts,
-    baseline: Optional[dict],
-    recipe: Optional[Recipe],
-    missing: list[str],
-    plots: Sequence[str],
-    shared: Optional[SharedCells] = None,
-    grids: Optional[Mapping[str, Grid]] = None,
-    interactions: Optional[pd.DataFrame] = None,
-    more_verdicts: Sequence[str] = (),
-    command: Optional[str] = None,
-) -> str:
-    """report.md up to the further sections; `more_verdicts`: their lines for the Verdicts list;
-    `command`: the one that wrote it."""
-    grids = grids or {}
+def to_markdown(report: Report) -> str:
+    """report.md: every section of the report's contents that has something to show, in order."""
+    from klue_tc.report.contents import SECTIONS
+
+    return "\n".join("\n".join(section.lines(report)) for section in SECTIONS if section.shows(report))
+
+
+def head_lines(report: Report) -> list[str]:
+    """The title, what the records are and what made them, the recipe and how CV F1 was chosen."""
+    folds, summary = report.folds, report.summary
     codes = sorted(set(folds["code"]))
     lines = [
-        f"# F1 comparison: {directory.name}",
+        f"# F1 comparison: {report.directory.name}",
         "",
         f"{len(summary)} configuration{'s' if len(summary) > 1 else ''}, {len(folds)} (configuration, fold) records; "
         f"records made by code {', '.join(codes)}."
-        + (f" Written, with the files and plots beside it, by `{command}`." if command else ""),
+        + (f" Written, with the files and plots beside it, by `{report.command}`." if report.command else ""),
         "",
     ]
-    if recipe is not None:
-        lines += [recipe_line(recipe, folds), ""]
+    if report.recipe is not None:
+        lines += [recipe_line(report.recipe, folds), ""]
     lines += [selection_line(folds), ""]
     if len(codes) > 1:
         lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
-    if shared is not None:
-        lines += [shared.line(), ""]
-    lines += ["## Verdicts", "", *verdict_lines(verdicts, len(summary) == 1), *found_interactions(interactions)]
-    lines += [f"- {line}" for line in more_verdicts]
-    for metric in [m for m in METRICS if summary[m if m != "f1" else "f1_mean"].notna().any()]:
+    if report.shared is not None:
+        lines += [report.shared.line(), ""]
+    return lines
+
+
+def verdicts_section(report: Report) -> list[str]:
+    """The verdicts of every claim, the interactions found and the further analyses' one-liners."""
+    return [
+        "## Verdicts",
+        "",
+        *verdict_lines(report.verdicts, len(report.summary) == 1),
+        *found_interactions(report.interactions),
+        *[f"- {found.verdict}" for found in report.findings() if found.verdict],
+    ]
+
+
+def metric_section(report: Report, metric: str) -> list[str]:
+    """One metric's F1 tables (a table per tokenizer), with how they were made and the bar to clear."""
+    summary, baseline = report.summary, report.reference
+    if not summary[metric if metric != "f1" else "f1_mean"].notna().any():
+        return []
+    lines = [
+        "",
+        f"## {METRICS[metric]}" + (": mean with its 95 % interval (grid model)" if len(summary) > 1 else ""),
+        "",
+        grid_line(report.grids.get(metric), summary, metric),
+        "",
+    ]
+    if metric == "validation_f1":
+        lines += [*ensemble_lines(summary), ""]
+    if baseline is not None and pd.notna(baseline.get(metric)):
+        spread = f" ± {baseline['f1_std']:.3f} (sample std)" if metric == "f1" else ""
         lines += [
-            "",
-            f"## {METRICS[metric]}" + (": mean with its 95 % interval (grid model)" if len(summary) > 1 else ""),
-            "",
-            grid_line(grids.get(metric), summary, metric),
+            f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.3f}**{spread} "
+            f"({baseline['folds']} folds"
+            + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
+            + ").",
             "",
         ]
-        if metric == "validation_f1":
-            lines += [*ensemble_lines(summary), ""]
-        if baseline is not None and pd.notna(baseline.get(metric)):
-            spread = f" ± {baseline['f1_std']:.3f} (sample std)" if metric == "f1" else ""
-            lines += [
-                f"The bar to clear, {BASELINE} on the same folds: **{baseline[metric]:.3f}**{spread} "
-                f"({baseline['folds']} folds"
-                + (f"; C chosen on each inner split: {', '.join(baseline['C'])}" if baseline.get("C") else "")
-                + ").",
-                "",
-            ]
-        for tokenizer, table in f1_tables(summary, metric).items():
-            lines += [
-                f"### tokenizer: {tokenizer}",
-                "",
-                *markdown_table(table, [table.index.name, *(f"{n} layers" for n in table.columns)]),
-                "",
-            ]
-    lines += effects_lines(effects)
-    if interactions is not None:
-        lines += interaction_lines(interactions)
+    for tokenizer, table in f1_tables(summary, metric).items():
+        lines += [
+            f"### tokenizer: {tokenizer}",
+            "",
+            *markdown_table(table, [table.index.name, *(f"{n} layers" for n in table.columns)]),
+            "",
+        ]
+    return lines
+
+
+def cost_lines(report: Report) -> list[str]:
+    """How many configurations still improved at their last epoch, and what training cost."""
+    summary, folds = report.summary, report.folds
     improving = summary[summary["still_improving"] > 0]
-    lines += [
+    return [
         "## Cost and convergence",
         "",
         f"{len(improving)} of {len(summary)} configurations were still improving at their last epoch in at "
@@ -431,11 +420,21 @@ def to_markdown(
         "second (training steps) are in report.csv.",
         "",
     ]
-    if missing:
-        lines += ["## Missing", "", *[f"- {m}" for m in missing], ""]
-    if plots:
-        lines += [f"Plots: {', '.join(plots)}", ""]
-    return "\n".join(lines)
+
+
+def missing_lines(report: Report) -> list[str]:
+    return ["## Missing", "", *[f"- {m}" for m in report.missing], ""] if report.missing else []
+
+
+def plots_line(report: Report) -> list[str]:
+    return [f"Plots: {', '.join(report.plots)}", ""] if report.plots else []
+
+
+def not_in_this_report(report: Report) -> list[str]:
+    """One list of what the further analyses would show and why the records cannot, where a heading
+    each would say only that there is nothing under it."""
+    absent = [found.absent for found in report.findings() if found.absent]
+    return ["## Not in this report", "", *(f"- {why}." for why in absent), ""] if absent else []
 
 
 def ensemble_lines(summary: pd.DataFrame) -> list[str]:
@@ -488,17 +487,23 @@ def selection_line(folds: pd.DataFrame) -> str:
     return f"**Mixed selection**: {inner} of {len(folds)} folds: {rule}; the rest: {old}."
 
 
-def diverged_lines(diverged: list[dict]) -> str:
+def diverged_lines(report: Report) -> list[str]:
     """The folds whose loss stopped being finite: listed apart, left out of every mean above."""
+    diverged = report.folds.attrs.get("diverged", [])
     if not diverged:
-        return ""
-    lines = ["", "## Diverged folds", "", "Left out of every mean above:", ""]
-    lines += [
-        f"- {row['encoder']}, {row['ln']}-LN, {row['layers']} layers, head {row['head']}, {row['tokenizer']} "
-        f"({row['config_hash']}), fold {row['fold']}: {row['diverged']}"
-        for row in diverged
+        return []
+    return [
+        "## Diverged folds",
+        "",
+        "Left out of every mean above:",
+        "",
+        *[
+            f"- {row['encoder']}, {row['ln']}-LN, {row['layers']} layers, head {row['head']}, {row['tokenizer']} "
+            f"({row['config_hash']}), fold {row['fold']}: {row['diverged']}"
+            for row in diverged
+        ],
+        "",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def device_lines(folds: pd.DataFrame) -> list[str]:

@@ -32,12 +32,12 @@ METHOD = (
 )
 
 
-def pretraining_seed(record: FoldResult, run_seed: int) -> Optional[int]:
-    """The seed that pretrained the record's encoder: as its record says, else (older code) the
-    run's; None from scratch."""
-    if not record.pretrained:
+def pretraining_seed(record: FoldResult) -> Optional[int]:
+    """The seed that pretrained the record's encoder (klue_tc.report.loading.upgraded_record names
+    the run's for older records); None from scratch."""
+    if not record.pretrained or "seed" not in record.pretrained:
         return None
-    return int(record.pretrained.get("seed", run_seed))
+    return int(record.pretrained["seed"])
 
 
 def grouped(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

@@ -1,6 +1,6 @@
-"""What the report's further analyses (sizes, speed, per-class, class mix, baselines) hand the writer:
-Markdown lines, the plots they drew, and per-configuration columns for report.csv; and the one
-way they name a configuration."""
+"""What the report's further analyses (sizes, speed, per-class, class mix, baselines) find: Markdown
+lines, the plots they drew, and per-configuration columns for report.csv; and the one way they name
+a configuration."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ DESIGN = ["tokenizer", "encoder", "ln", "head", "layers", "pretrain"]
 
 
 @dataclass
-class Section:
+class Findings:
+    """What one further analysis found, computed once per report: its lines, and what else it gives."""
+
     lines: list[str]
     plots: list[Path] = field(default_factory=list)
     columns: Optional[pd.DataFrame] = None  # indexed by config_hash: joined onto report.csv's rows
@@ -24,7 +26,7 @@ class Section:
     absent: Optional[str] = None  # what the section would show and why the records cannot: no heading then
 
     @classmethod
-    def left_out(cls, what: str, why: str) -> Section:
+    def left_out(cls, what: str, why: str) -> Findings:
         """A section with nothing to show: no heading of its own, one item of the report's last list."""
         return cls([], absent=f"{what}: {why}")
 

@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from klue_tc.core.errors import KlueTcError
 from klue_tc.core.figures import save_figure
-from klue_tc.report.sections import Section, configuration_scores, configurations
+from klue_tc.report.sections import Findings, configuration_scores, configurations
 from klue_tc.store.records import FoldResult, ModelSize
 
 log = logging.getLogger(__name__)
@@ -155,14 +155,14 @@ def size_section(
     directory: Path,
     baselines: Sequence[dict] = (),
     size_of: Optional[Callable[[dict, int], ModelSize]] = None,
-) -> Section:
+) -> Findings:
     """The sizes table, the F1-against-size plot, and the size columns for report.csv."""
     designs = configurations(records)
     sizes, problems = configuration_sizes(records, directory, size_of, directory / SIZES_CACHE)
     problems = grouped(problems)
     lines = ["## Model sizes", ""]
     if sizes.empty:
-        return Section.left_out("model sizes", "; ".join(problems) or "no record carries one")
+        return Findings.left_out("model sizes", "; ".join(problems) or "no record carries one")
     sources = ", ".join(f"{n} {what}" for what, n in sizes["size_source"].value_counts().items())
     tables = designs.join(sizes, how="inner")
     tables["vocabulary"] = tables["tokenizer"] + tables["pretrain"].map(lambda p: "" if p == "none" else f" ({p})")
@@ -192,7 +192,7 @@ def size_section(
         f"{plot.name}: F1 against non-embedding parameters (log scale); a line joins one design's layer counts.",
         "",
     ]
-    return Section(lines, [plot], sizes[SIZE_COLUMNS[:-2]].astype(float))
+    return Findings(lines, [plot], sizes[SIZE_COLUMNS[:-2]].astype(float))
 
 
 def plot_f1_by_size(frame: pd.DataFrame, path: Path, baselines: Sequence[dict] = ()) -> Path:

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from klue_tc.report.sections import Section, by_design, layer_table
+from klue_tc.report.sections import Findings, by_design, layer_table
 from klue_tc.store.records import FoldResult
 
 
@@ -64,11 +64,11 @@ def per_machine_tables(records: Sequence[FoldResult]) -> dict[str, pd.DataFrame]
     return {name: tables[name] for name in order.index}
 
 
-def speed_section(records: Sequence[FoldResult]) -> Section:
+def speed_section(records: Sequence[FoldResult]) -> Findings:
     tables = per_machine_tables(records)
     lines = ["## Seconds per epoch, per machine", ""]
     if not tables:
-        return Section.left_out("seconds per epoch", "no fold records its training time")
+        return Findings.left_out("seconds per epoch", "no fold records its training time")
     lines += [
         "Median wall seconds per epoch over a machine's folds (the fold's training time, with each "
         "epoch's scoring, over the epochs it ran); (n; low–high) its folds and their range. One table "
@@ -87,4 +87,4 @@ def speed_section(records: Sequence[FoldResult]) -> Section:
         ]
     for name, table in tables.items():
         lines += [f"### {name}", "", *layer_table(table), ""]
-    return Section(lines)
+    return Findings(lines)

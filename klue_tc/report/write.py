@@ -10,23 +10,15 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
+from klue_tc.report.context import Effects, Report, Verdicts
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
-from klue_tc.report.loading import Recipe, ensemble_scores, fold_frame, fold_records, optuna_best, run_recipe
+from klue_tc.report.loading import ensemble_scores, fold_frame, fold_records, optuna_best, run_recipe
 from klue_tc.report.output import write_csv, write_text
-from klue_tc.report.render import (
-    BASELINE,
-    METRICS,
-    Effects,
-    Verdicts,
-    diverged_lines,
-    f1_tables,
-    print_tables,
-    to_markdown,
-)
-from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, per_cell, spread_lines
-from klue_tc.report.sections import Section
+from klue_tc.report.render import METRICS, f1_tables, print_tables, to_markdown
+from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, per_cell
+from klue_tc.report.sections import Findings
 from klue_tc.report.settings import refuse_mixed_settings
 from klue_tc.report.summary import missing_cells, per_configuration, shared_cells, summarise_configs
 from klue_tc.report.title_bootstrap import TitleBootstrap, scored_predictions, validation_predictions
@@ -225,34 +217,7 @@ def draw(summary: pd.DataFrame, effects: Effects, baselines: list[dict], directo
     return plots
 
 
-def further_sections(
-    directory: Path, recipe: Optional[Recipe], baselines: list[dict], records: list[FoldResult]
-) -> list[Section]:
-    """What the records hold beyond the F1 tables: the linear baselines side by side and the best
-    configuration against them, sizes, the pretrained encoders, speed per machine, the best
-    configurations class by class, and the class mix."""
-    from klue_tc.report.against_baselines import against_baselines_section
-    from klue_tc.report.baselines import baselines_section
-    from klue_tc.report.class_mix import class_mix_section
-    from klue_tc.report.per_class import per_class_section
-    from klue_tc.report.pretrained import pretraining_section
-    from klue_tc.report.sizes import size_section
-    from klue_tc.report.speed import speed_section
-
-    if not records:  # runs whose metrics.json name no configuration
-        return []
-    return [
-        baselines_section(baselines, recipe),
-        against_baselines_section(records, baselines),
-        size_section(records, directory, baselines),
-        pretraining_section(records),
-        speed_section(records),
-        per_class_section(records, directory, baselines),
-        class_mix_section(records, recipe, baselines),
-    ]
-
-
-def with_columns(summary: pd.DataFrame, sections: list[Section]) -> pd.DataFrame:
+def with_columns(summary: pd.DataFrame, sections: list[Findings]) -> pd.DataFrame:
     """report.csv's rows with the sections' per-configuration columns (parameters, reweighted F1) after them."""
     for section in sections:
         if section.columns is not None and not section.columns.empty:
@@ -305,7 +270,6 @@ def write_report(
     from klue_tc.report.baselines import linear_baselines
 
     baselines = linear_baselines(recipe, directory) if baseline else []
-    reference = next((b for b in baselines if b["name"] == BASELINE), None)
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     grids = {m: Grid(folds, m) for m in metrics}
@@ -331,33 +295,27 @@ def write_report(
         else None,
     )
     plots = draw(summary, effects, baselines, directory)
-    sections = further_sections(directory, recipe, baselines, records)
-    markdown = to_markdown(
+    report = Report(
         directory,
         summary,
         folds,
         effects,
         verdicts,
-        reference,
         recipe,
         missing,
         [p.name for p in plots],
-        shared_cells(per_configuration(folds), best),
         grids,
         interplay,
-        [section.verdict for section in sections if section.verdict],
+        shared_cells(per_configuration(folds), best),
+        baselines,
+        records,
         report_command(directory, baseline, beside),
     )
-    diverged = folds.attrs.get("diverged", [])
-    for row in diverged:
+    for row in folds.attrs.get("diverged", []):
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])
-    seeds = spread_lines(folds, folds.attrs.get("replicate_conflicts", []))
-    markdown += "".join("\n" + "\n".join(lines) for lines in [seeds, *(s.lines for s in sections)] if lines)
-    absent = [section.absent for section in sections if section.absent]
-    if absent:  # one list, where a heading each would say only that there is nothing under it
-        markdown += "\n" + "\n".join(["## Not in this report", "", *(f"- {why}." for why in absent), ""])
+    write_text(to_markdown(report), directory / "report.md")
+    sections = report.findings()
     plots += [plot for section in sections for plot in section.plots]
-    write_text(markdown + diverged_lines(diverged), directory / "report.md")
     summary = with_columns(summary, sections)
     write_csv(summary, directory / "report.csv")
     print_tables(f1_tables(summary, "f1"))
