@@ -74,7 +74,6 @@ def test_the_soft_loss_is_hintons_and_alpha_zero_is_the_cross_entropy_alone():
 
 def test_without_a_teacher_the_results_key_has_no_distill_section(tmp_path):
     from jobs import compose_job
-
     from klue_tc.core.config import keyed_settings, validate
     from klue_tc.store.results import config_hash
 
@@ -97,7 +96,6 @@ def teacher(tmp_path_factory):
     """A tiny configuration trained on 2 folds, its ensemble built by the stage (soft labels written)."""
     from conftest import TINY_MODEL, make_headlines, write_tsv
     from jobs import run_in_process
-
     from klue_tc.ensemble.cli import main
 
     tmp = tmp_path_factory.mktemp("teacher")
@@ -120,7 +118,6 @@ def teacher(tmp_path_factory):
 
 def student_job(tmp, common, name: str, *extra: str):
     from jobs import run_in_process
-
     from klue_tc.store.records import RunResult
 
     run_dir = tmp / "students" / name
@@ -142,9 +139,12 @@ def test_a_student_learns_the_ensembles_out_of_fold_probabilities_for_exactly_it
     ensemble = build_ensemble(tmp / "sweep", baselines=False)
     seen = []
     real = module.distillation_loss
-    monkeypatch.setattr(
-        module, "distillation_loss", lambda logits, probs, t: seen.append(probs.numpy().copy()) or real(logits, probs, t)
-    )
+
+    def spy(logits, probs, temperature):
+        seen.append(probs.numpy().copy())
+        return real(logits, probs, temperature)
+
+    monkeypatch.setattr(module, "distillation_loss", spy)
     _, distilled = student_job(tmp, common, "student", f"distill.teacher={soft}", "distill.alpha=0.5")
 
     # The titles it trained on: a subsample of the teacher's (another order), less its inner split.
@@ -197,3 +197,24 @@ def test_alpha_zero_gives_a_normal_jobs_numbers_and_the_student_is_reported_besi
     assert comparison["difference"] == pytest.approx(ensemble_f1 - student["validation_f1"], abs=1e-9)
     markdown = (sweep / "ensemble.md").read_text(encoding="utf-8")
     assert "## The distilled student" in markdown and "within 1 point" in markdown
+
+
+def test_the_distill_sweep_trains_the_recommended_design_once_on_all_of_train_from_the_ensembles_soft_labels():
+    from test_sweeps import sweep_jobs
+
+    from klue_tc.core.config import validate
+    from klue_tc.jobs.sweeps import compose_sweep
+
+    jobs = sweep_jobs("distill")
+    assert len(jobs) == 1
+    run = validate(compose_sweep("distill", jobs[0]))
+    design = (run.experiment, run.encoder.ln.value, run.encoder.layers, run.tokenizer.name, run.pretrain.objective)
+    assert design == ("transformer", "post", 3, "sentencepiece", "mlm") and run.pretrain.epochs == 24
+    assert run.augment.p > 0  # recipe=regularized
+    assert (run.cv.folds, run.data.limit, run.distill.teacher, run.distill.alpha) == (
+        1,
+        None,
+        "docs/ensemble/soft-labels.npz",
+        0.5,
+    )
+    assert not run.results.dir.startswith("docs/ensemble/")  # never read as one of the ensemble's members
