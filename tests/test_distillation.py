@@ -112,6 +112,8 @@ def teacher(tmp_path_factory):
         "trainer.max_epochs=2",
     ]
     run_in_process([*common, f"results.dir={tmp / 'sweep' / 'results'}", "cv.folds=2"], tmp / "sweep" / "run")
+    assert main([str(tmp / "sweep"), "--no-baselines", "--no-artefact", "--no-soft-labels"]) == 0
+    assert not (tmp / "sweep" / "soft-labels.npz").exists()
     assert main([str(tmp / "sweep"), "--no-baselines", "--no-artefact"]) == 0
     return tmp, common
 

@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("--no-artefact", action="store_true", help="write the report only")
     parse.add_argument(
+        "--no-soft-labels", action="store_true", help="write no soft-labels.npz (the teacher's file for distillation)"
+    )
+    parse.add_argument(
         "--student",
         type=Path,
         help="the run directory of a student distilled from these soft labels: scored beside the ensemble",
@@ -81,7 +84,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             not args.no_baselines,
             args.batch_size,
         )
-        soft_labels, why_not = write_soft_labels(ensemble)
+        soft_labels, why_not = (None, None) if args.no_soft_labels else write_soft_labels(ensemble)
         if why_not:
             ensemble.notes.append(why_not)
         if args.student is not None:
