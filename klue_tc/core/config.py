@@ -486,6 +486,30 @@ class PretrainConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Knowledge distillation (Hinton et al. 2015): the model learns from a teacher's probabilities
+    on its training titles as well as from their classes. The teacher is a soft-label file the
+    ensemble stage writes (klue_tc/data/soft_labels.py: each training title's out-of-fold ensemble
+    probabilities, by its text); the inner split still chooses the epoch on the true classes. In the
+    results key only while a teacher is named (with the file's content), so no key made before it moved."""
+
+    teacher: Optional[str] = outside_results_key(None)  # the soft-label file; its content is keyed
+    temperature: float = 2.0  # both sides' logits divided by it in the soft loss (its gradient scaled by T^2)
+    # The soft loss's share: (1 - alpha) x cross-entropy on the classes + alpha x T^2 x KL(teacher || model).
+    alpha: float = 0.5
+
+    @property
+    def on(self) -> bool:
+        return self.teacher is not None
+
+    def checks(self) -> list[Check]:
+        return [
+            (self.temperature > 0, f"distill.temperature must be > 0, got {self.temperature}"),
+            share("distill.alpha", self.alpha, closed_top=True),
+        ]
+
+
+@dataclass
 class SlurmConfig:
     # How often a job stopped by its time limit's signal puts itself back in the queue, counting
     # SLURM's own requeues (preemption, `scontrol requeue`); after that it fails with one line.
@@ -565,6 +589,8 @@ class RunConfig:
     cv: CVConfig = field(default_factory=CVConfig)
     results: ResultsConfig = outside_results_key(default_factory=ResultsConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    # Off unless distill.teacher names a soft-label file; in the results key only then.
+    distill: DistillConfig = keyed_while_on(DistillConfig)
     slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
     report: ReportConfig = outside_results_key(default_factory=ReportConfig)
 
@@ -640,6 +666,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.cv,
         run.results,
         run.pretrain,
+        run.distill,
         run.slurm,
         run.report,
     ):

@@ -29,9 +29,11 @@ class PaddedBatches(Dataset):
         pad_id: int,
         pad_to: Optional[int] = None,
         pad_multiple: int = 1,
+        soft_targets: Optional[np.ndarray] = None,
     ):
         self.ids, self.offsets, self.lengths = encoded.ids, encoded.offsets, encoded.lengths
         self.labels, self.pad_id, self.pad_to, self.pad_multiple = labels, pad_id, pad_to, pad_multiple
+        self.soft_targets = soft_targets
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -51,6 +53,8 @@ class PaddedBatches(Dataset):
         }
         if self.labels is not None:
             batch["labels"] = torch.from_numpy(self.labels[indices].astype(np.int64))
+        if self.soft_targets is not None:
+            batch["soft_targets"] = torch.from_numpy(self.soft_targets[indices].astype(np.float32))
         return batch
 
 
@@ -118,6 +122,8 @@ class EncodedSplit:
     labels: Optional[np.ndarray]
     # Subword regularization: epoch -> that epoch's sampled encoding of the same titles.
     resample: Optional[Callable[[int], EncodedTitles]] = None
+    # Distillation: the teacher's probabilities for these titles (titles, classes), by row.
+    soft_targets: Optional[np.ndarray] = None
 
 
 def make_loader(
@@ -140,7 +146,9 @@ def make_loader(
         shard=shard,
     )
     sampler.resume_epoch, sampler.resume_after = resume_at
-    dataset = PaddedBatches(split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple)
+    dataset = PaddedBatches(
+        split.encoded, split.labels, pad_id, None if cfg.bucketing else pad_to, cfg.pad_multiple, split.soft_targets
+    )
     return DataLoader(
         dataset,
         sampler=sampler,
@@ -195,7 +203,7 @@ class FoldDataModule(L.LightningDataModule):
         # The trainer asks for this loader every epoch (see make_trainer); each gets a fresh
         # sampled segmentation, and a fresh sampler whose shuffle Lightning sets by epoch.
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        split = EncodedSplit(self.train.resample(epoch), self.train.labels)
+        split = EncodedSplit(self.train.resample(epoch), self.train.labels, soft_targets=self.train.soft_targets)
         return make_loader(
             split,
             self.cfg,

@@ -46,6 +46,14 @@ def parser() -> argparse.ArgumentParser:
         "--artefact", type=Path, help=f"where to write the servable ensemble (default DIRECTORY/{ARTEFACT_DIR})"
     )
     parse.add_argument("--no-artefact", action="store_true", help="write the report only")
+    parse.add_argument(
+        "--no-soft-labels", action="store_true", help="write no soft-labels.npz (the teacher's file for distillation)"
+    )
+    parse.add_argument(
+        "--student",
+        type=Path,
+        help="the run directory of a student distilled from these soft labels: scored beside the ensemble",
+    )
     parse.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
     parse.add_argument("--wandb", action="store_true", help="also log the tables as one W&B run")
     parse.add_argument("--project", default=defaults.project, help=f"W&B project (default: {defaults.project})")
@@ -59,6 +67,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser().error("--rounds, --patience and --batch-size must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     from klue_tc.ensemble.artefact import ArtefactError, write_artefact
+    from klue_tc.ensemble.distillation import student_score, write_soft_labels
     from klue_tc.ensemble.report import log_to_wandb, write_files
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -75,6 +84,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             not args.no_baselines,
             args.batch_size,
         )
+        soft_labels, why_not = (None, None) if args.no_soft_labels else write_soft_labels(ensemble)
+        if why_not:
+            ensemble.notes.append(why_not)
+        if args.student is not None:
+            ensemble.student = student_score(ensemble, args.student)
         files = write_files(ensemble, command)
         artefact = None
         if not args.no_artefact:
@@ -96,6 +110,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"ensemble: {files[0]} ({files[1].name} beside it)"
         + (f"; serve it: python -m klue_tc.predict {artefact} TITLE" if artefact else "")
     )
+    if soft_labels is not None:
+        print(f"soft labels: {soft_labels} (distil a student: distill.teacher={soft_labels}, docs/ensembles.md)")
     return 0
 
 
@@ -107,5 +123,12 @@ def summary_line(ensemble) -> str:
         line += f"; validation macro-F1 {scored.f1:.4f} ({scored.low:.4f}..{scored.high:.4f})"
         line += "".join(
             f"; minus {d.versus} {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})" for d in scored.differences
+        )
+    student = ensemble.student
+    if student is not None:
+        d = student.versus
+        line += (
+            f"; distilled student {student.f1:.4f} ({student.low:.4f}..{student.high:.4f}), "
+            f"ensemble minus it {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})"
         )
     return line

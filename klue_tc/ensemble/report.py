@@ -22,7 +22,7 @@ from klue_tc.report.title_bootstrap import RESAMPLES
 log = logging.getLogger(__name__)
 
 CSV_COLUMNS = [
-    "role",  # candidate, ensemble or comparison
+    "role",  # candidate, ensemble, student or comparison
     "name",
     "kind",
     "key",
@@ -82,7 +82,18 @@ def csv_frame(ensemble: Ensemble) -> pd.DataFrame:
             "validation_f1_high": scored.high if scored else None,
         }
     )
-    for difference in scored.differences if scored else []:
+    student = ensemble.student
+    if student is not None:
+        rows.append(
+            {
+                "role": "student",
+                "name": "distilled student",
+                "validation_f1": student.f1,
+                "validation_f1_low": student.low,
+                "validation_f1_high": student.high,
+            }
+        )
+    for difference in [*(scored.differences if scored else []), *([student.versus] if student else [])]:
         rows.append(
             {
                 "role": "comparison",
@@ -139,6 +150,7 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         ["member", "kind", "weight", "temperature", "OOF macro-F1", "validation macro-F1 (fold ensemble)"],
     )
     lines += ["", "Its out-of-fold score chose it and is flattered; the validation score is not.", ""]
+    lines += student_lines(ensemble)
     if scored:
         lines += [
             "## Against its best member and the linear baselines",
@@ -179,6 +191,35 @@ def markdown(ensemble: Ensemble, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def student_lines(ensemble: Ensemble) -> list[str]:
+    """The distilled student beside the ensemble, on the same validation titles."""
+    from klue_tc.ensemble.distillation import WITHIN_POINTS
+
+    student = ensemble.student
+    if student is None:
+        return []
+    d = student.versus
+    lines = [
+        "## The distilled student",
+        "",
+        f"One model trained on the ensemble's out-of-fold soft labels (`{student.source}`), served at one "
+        f"model's cost; the target: within {WITHIN_POINTS:g} macro-F1 point of the ensemble.",
+        "",
+    ]
+    lines += table(
+        [
+            [
+                f"{student.f1:.4f} ({student.low:.4f}..{student.high:.4f})",
+                signed(d.difference),
+                f"{d.low:+.4f}..{d.high:+.4f}",
+                "yes" if student.within_target else "no",
+            ]
+        ],
+        ["student validation macro-F1", "ensemble minus student", "interval", f"within {WITHIN_POINTS:g} point"],
+    )
+    return [*lines, ""]
+
+
 def key_of(ensemble: Ensemble, name: str) -> str:
     return next(m.key for m in ensemble.members if m.name == name)
 
@@ -213,6 +254,8 @@ def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]
         if ensemble.validation:
             summary["ensemble/validation_f1"] = ensemble.validation.f1
             summary |= {f"ensemble/minus {d.versus}": d.difference for d in ensemble.validation.differences}
+        if ensemble.student is not None:
+            summary["ensemble/student_validation_f1"] = ensemble.student.f1
         run.log(
             {
                 "ensemble_members": wandb.Table(dataframe=for_wandb(frame[frame["role"] != "comparison"])),

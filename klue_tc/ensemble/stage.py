@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
 from klue_tc.ensemble.scoring import Difference, PairedTitles
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
 from klue_tc.store.records import FoldResult
+
+if TYPE_CHECKING:
+    from klue_tc.ensemble.distillation import StudentScore
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Ensemble:
     label_names: list[str]
     notes: list[str] = field(default_factory=list)
     validation: Optional[ValidationScores] = None
+    student: Optional[StudentScore] = None  # a student distilled from it, on the same validation titles
 
     @property
     def weights(self) -> dict[str, float]:

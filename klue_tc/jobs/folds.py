@@ -61,12 +61,14 @@ def job_folds(run: RunConfig, inputs: JobInputs) -> list[FoldTitles]:
     return [FoldTitles(both, everything, np.arange(len(train), len(both)), np.array([], dtype=np.int64))]
 
 
-def prepare(run: RunConfig, fold: FoldTitles, cache, pretrained=None):
+def prepare(run: RunConfig, fold: FoldTitles, cache, pretrained=None, soft_targets=None):
     """The fold's tokenizer, encoded splits and batches' data (klue_tc.training.fold.prepare_fold). A final
-    model's scored titles are numbered as rows of the validation file, as its validation predictions are."""
+    model's scored titles are numbered as rows of the validation file, as its validation predictions are.
+    `soft_targets`: the teacher's probabilities for the job's training titles (they come first in a
+    final model's titles, so the rows it trains on index them as they are)."""
     from klue_tc.training.fold import prepare_fold
 
-    prepared = prepare_fold(run, fold.titles, fold.train_idx, fold.scored_idx, cache, pretrained)
+    prepared = prepare_fold(run, fold.titles, fold.train_idx, fold.scored_idx, cache, pretrained, soft_targets)
     if is_final(run):
         prepared = replace(prepared, val_index=fold.scored_idx - len(fold.train_idx))
     return prepared

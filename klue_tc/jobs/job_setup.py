@@ -58,6 +58,7 @@ def results_key(run: RunConfig, inputs: JobInputs, precision: str, sources: Opti
         precision,
         inputs.tokenizer_identity,
         sources.fingerprint() if sources is not None else None,
+        inputs.teacher.digest if inputs.teacher is not None else None,
     )
 
 

@@ -18,6 +18,7 @@ from klue_tc.core.config import RunConfig
 from klue_tc.core.errors import ConfigError, DataError, DiskFullError, ResourceError
 from klue_tc.core.files import human_size, is_disk_full
 from klue_tc.core.registry import TOKENIZERS
+from klue_tc.data.soft_labels import teacher_targets
 from klue_tc.data.titles import (
     LabelledTitles,
     duplicate_groups,
@@ -152,4 +153,5 @@ def check_inputs(run: RunConfig, run_dir: Path, results_root: Path) -> JobInputs
     from klue_tc.core.hardware import require_asked_gpu  # torch: only once the files are known to be good
 
     require_asked_gpu(run.trainer)
-    return JobInputs(data, validation, tokenizer_identity)
+    teacher = teacher_targets(run.distill.teacher, data.texts, data.label_names) if run.distill.on else None
+    return JobInputs(data, validation, tokenizer_identity, teacher)

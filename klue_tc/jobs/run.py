@@ -207,7 +207,8 @@ def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks:
         pretrained = None
         if is_other_rank():
             wait_for_tokenizer(job.run, cache, fold.titles.subset(fold.train_idx))
-    prepared = prepare(job.run, fold, cache, pretrained)
+    teacher = job.inputs.teacher
+    prepared = prepare(job.run, fold, cache, pretrained, teacher.probs if teacher is not None else None)
     with fold_logger(job, k) as logger:
         record = train_fold(job, k, prepared, logger, callbacks, pretrained)
     if record is None:

@@ -39,6 +39,7 @@ NUMERIC_MODULES = (
     "klue_tc.tokenizers.normalisation",  # the one text form every title is read and tokenized in
     "klue_tc.data.titles",  # reading titles, the folds, the inner split
     "klue_tc.data.batches",  # batches
+    "klue_tc.data.soft_labels",  # a distilled model's targets: the teacher's, found by title
     "klue_tc.jobs.folds",  # which titles each fold (or a final model) trains on and is scored on
     "klue_tc.tokenizers",  # the tokenizers' shared code: fitting, encoding, the encoded titles' cache
     "klue_tc.tokenizers.base",

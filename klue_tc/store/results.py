@@ -38,8 +38,10 @@ def config_hash(
     precision: str,
     tokenizer_identity: Optional[str] = None,
     pretrain_inputs: Optional[str] = None,
+    teacher: Optional[str] = None,
 ) -> str:
-    """`pretrain_inputs`: a hash of what the pretraining corpus reads besides the training titles."""
+    """`pretrain_inputs`: a hash of what the pretraining corpus reads besides the training titles;
+    `teacher`: the SHA-256 of the soft-label file a distilled model learns from."""
     settings = keyed_settings(run)
     if not run.pretrain.active:
         settings.pop("pretrain")  # the key every record made before pretraining existed has
@@ -48,6 +50,8 @@ def config_hash(
         payload["tokenizer_model"] = tokenizer_identity
     if pretrain_inputs:
         payload["pretrain_inputs"] = pretrain_inputs
+    if teacher:
+        payload["teacher"] = teacher
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -78,10 +78,12 @@ def prepare_fold(
     val_idx: np.ndarray,
     cache: TokenizerCache,
     pretrained: Optional[PretrainedEncoder] = None,
+    soft_targets: Optional[np.ndarray] = None,
 ) -> PreparedFold:
     """The tokenizer sees the fold's training titles only (the inner split's among them: unlabelled
     text, and no title is scored on them), or, after pretraining, the pretraining corpus: the
-    encoder's own; all titles are encoded once and cached."""
+    encoder's own; all titles are encoded once and cached. `soft_targets` (distillation): the
+    teacher's probabilities for the job's training titles, by row; the titles trained on get theirs."""
     train_part = data.subset(train_idx)
     if pretrained is not None:
         tokenizer, key = pretrained.tokenizer, pretrained.tokenizer_key
@@ -102,7 +104,12 @@ def prepare_fold(
     return PreparedFold(
         tokenizer,
         key,
-        EncodedSplit(encoded.take(fit_idx), data.labels[fit_idx], resample),
+        EncodedSplit(
+            encoded.take(fit_idx),
+            data.labels[fit_idx],
+            resample,
+            soft_targets[fit_idx] if soft_targets is not None else None,
+        ),
         EncodedSplit(encoded.take(val_idx), data.labels[val_idx]),
         EncodedSplit(encoded.take(inner_idx), data.labels[inner_idx]),
         np.asarray(val_idx),
@@ -155,6 +162,8 @@ def new_module(
     module = TopicClassifierModule.from_configs(
         tokenizer.vocab_size, tokenizer.specials, run.encoder, run.head, run.optim, run.augment, label_names
     )
+    if run.distill.on:
+        module.distill_cfg = run.distill
     if pretrained is not None:
         load_pretrained_encoder(module.model, pretrained)
     if run.trainer.compile:

@@ -16,6 +16,7 @@ from klue_tc.store.records import CodeVersion, Describe
 if TYPE_CHECKING:  # types only: the store is no part of the code fingerprint
     from klue_tc.core.hardware import Device
     from klue_tc.data.corpus import PretrainSources
+    from klue_tc.data.soft_labels import TeacherTargets
     from klue_tc.data.titles import LabelledTitles
     from klue_tc.store.results import ResultsStore
 
@@ -25,6 +26,7 @@ class JobInputs:
     train: LabelledTitles  # after data.limit's subsample
     validation: Optional[LabelledTitles]
     tokenizer_identity: Optional[str]  # the content hash of a published tokenizer model, if one is read
+    teacher: Optional[TeacherTargets] = None  # distillation: the soft labels of the training titles
 
 
 @dataclass

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from klue_tc.core.config import AugmentConfig, EncoderConfig, HeadConfig, OptimConfig
+from klue_tc.core.config import AugmentConfig, DistillConfig, EncoderConfig, HeadConfig, OptimConfig
 from klue_tc.core.errors import ConfigError
 from klue_tc.core.registry import ENCODERS, HEADS
 from klue_tc.data.titles import LABEL_NAMES
@@ -53,6 +53,15 @@ def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor
     )
 
 
+def distillation_loss(logits: torch.Tensor, teacher_probs: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Hinton et al. 2015's soft loss: KL(teacher || model) with both sides' logits divided by the
+    temperature, times its square (so that the soft gradients keep their scale as it changes),
+    averaged over the batch. The teacher's logits are its probabilities' logarithms."""
+    log_model = F.log_softmax(logits.float() / temperature, -1)
+    log_teacher = F.log_softmax(torch.log(teacher_probs.float().clamp_min(1e-12)) / temperature, -1)
+    return temperature**2 * F.kl_div(log_model, log_teacher, log_target=True, reduction="batchmean")
+
+
 class TopicClassifierModule(L.LightningModule):
     def __init__(
         self,
@@ -88,6 +97,9 @@ class TopicClassifierModule(L.LightningModule):
         # knows them only once it has the data, and the property recounts them on every call.
         self.total_steps = 1
         self.nonfinite_steps = 0
+        # Set by the fold that distils (klue_tc/training/fold.py), never saved in the checkpoint: it
+        # changes only how the model is trained, not the model served.
+        self.distill_cfg: Optional[DistillConfig] = None
 
     @classmethod
     def from_configs(
@@ -120,11 +132,11 @@ class TopicClassifierModule(L.LightningModule):
         input_ids, picked = self.augment(original) if masking else (original, None)
         # Through forward (not encode + head) so that a torch.compile'd model is the one trained.
         logits, states = self.model(input_ids, return_states=True)
-        loss = self.loss(logits, batch["labels"])
+        loss = self.classification_loss(logits, batch)
         if regularize and self.optim_cfg.rdrop_alpha > 0:
             # A second pass draws other dropout masks over the same (masked) titles.
             logits_2 = self(input_ids)
-            loss = (loss + self.loss(logits_2, batch["labels"])) / 2 + self.optim_cfg.rdrop_alpha * symmetric_kl(
+            loss = (loss + self.classification_loss(logits_2, batch)) / 2 + self.optim_cfg.rdrop_alpha * symmetric_kl(
                 logits, logits_2
             )
         if self.mlm_head is not None:
@@ -138,6 +150,16 @@ class TopicClassifierModule(L.LightningModule):
         self.train_metrics.update(logits.detach(), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(input_ids))
         return loss
+
+    def classification_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy on the titles' classes; when distilling, mixed with the soft loss on the
+        teacher's probabilities by distill.alpha (at 0, the cross-entropy alone, as without a teacher)."""
+        hard = self.loss(logits, batch["labels"])
+        cfg = self.distill_cfg
+        if cfg is None or cfg.alpha == 0:
+            return hard
+        soft = distillation_loss(logits, batch["soft_targets"], cfg.temperature)
+        return (1 - cfg.alpha) * hard + cfg.alpha * soft
 
     def skip_nonfinite(self, loss: torch.Tensor) -> None:
         """No update from a step whose loss is NaN or infinite (Lightning skips the step when
