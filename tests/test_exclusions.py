@@ -58,7 +58,7 @@ def test_declared_rules_leave_out_whom_they_name_and_each_changed_verdict_is_sho
     assert changed["iv"].verdict == "yes" and changed["iii"].verdict == "reproduced"
     assert "vii" not in changed and "vii.trans_blstm" not in changed  # the same comparison either way
     from klue_tc.report.claims import claims_markdown
-    from klue_tc.report.render import verdict_lines
+    from klue_tc.report.core_sections.verdicts import verdict_lines
 
     text = claims_markdown(
         verdicts.judged, verdicts.not_judged, left_out=verdicts.left_out, both_ways=changed and verdicts.both_ways
@@ -73,7 +73,7 @@ def test_declared_rules_leave_out_whom_they_name_and_each_changed_verdict_is_sho
     assert "left out: trans_blstm / mecab / mlm (no post 4, post 6)" in declared["matched"].iloc[0]
     everything = table[(table.exclusion == "none") & (table.family == "LN × layers")]
     assert "left out" not in everything["matched"].iloc[0]
-    from klue_tc.report.render import interaction_lines
+    from klue_tc.report.core_sections.interactions import interaction_lines
 
     both = "\n".join(interaction_lines(table)).split("The declared exclusion changes these verdicts")[1]
     assert "without the declared exclusion: CV macro-F1, LN × layers: depth works differently" in both

@@ -234,7 +234,7 @@ def test_the_crossed_bootstrap_centres_on_the_scores_and_separates_a_real_gap():
 
 
 def test_the_report_names_the_interactions_found_among_its_verdicts():
-    from klue_tc.report.render import found_interactions
+    from klue_tc.report.core_sections.verdicts import found_interactions
 
     planted = interactions(synthetic_folds(planted_interactions, noise=0.003))
     assert found_interactions(planted) == [

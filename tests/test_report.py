@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from klue_tc.report.render import f1_tables
+from klue_tc.report.core_sections.metric_tables import f1_tables
 from klue_tc.report.summary import CSV_COLUMNS
 from klue_tc.report.wandb_run import TABLE_KEY
 from klue_tc.report.write import write_report

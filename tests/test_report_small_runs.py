@@ -98,7 +98,7 @@ def test_a_single_runs_report_has_no_empty_section_or_file_and_labels_both_valid
 
 
 def test_job_time_reads_in_seconds_minutes_or_hours():
-    from klue_tc.report.render import job_time
+    from klue_tc.report.core_sections.cost import job_time
 
     assert [job_time(s) for s in (53, 1500, 4 * 3600)] == ["53 seconds", "25 minutes", "4.0 hours"]
 

@@ -7,21 +7,19 @@ from klue_tc.report.against_baselines import against_baselines_section
 from klue_tc.report.baselines import baselines_section
 from klue_tc.report.class_mix import class_mix_section
 from klue_tc.report.context import Analysis, Lines, Section
+from klue_tc.report.core_sections.cost import cost_lines
+from klue_tc.report.core_sections.diverged import diverged_lines
+from klue_tc.report.core_sections.effects import effects_section
+from klue_tc.report.core_sections.head import head_lines
+from klue_tc.report.core_sections.interactions import interactions_section
+from klue_tc.report.core_sections.metric_tables import metric_section
+from klue_tc.report.core_sections.missing import missing_lines
+from klue_tc.report.core_sections.not_in_report import not_in_this_report
+from klue_tc.report.core_sections.plots import plots_line
+from klue_tc.report.core_sections.verdicts import verdicts_section
 from klue_tc.report.per_class import per_class_section
 from klue_tc.report.pretrained import pretraining_section
-from klue_tc.report.render import (
-    METRICS,
-    cost_lines,
-    diverged_lines,
-    effects_lines,
-    head_lines,
-    interaction_lines,
-    metric_section,
-    missing_lines,
-    not_in_this_report,
-    plots_line,
-    verdicts_section,
-)
+from klue_tc.report.render import METRICS
 from klue_tc.report.replicates import spread_lines
 from klue_tc.report.sizes import size_section
 from klue_tc.report.speed import speed_section
@@ -30,10 +28,8 @@ SECTIONS: list[Section] = [
     Lines("F1 comparison", head_lines),
     Lines("Verdicts", verdicts_section),
     *[Lines(title, lambda report, metric=metric: metric_section(report, metric)) for metric, title in METRICS.items()],
-    Lines("Marginal effects", lambda report: effects_lines(report.effects)),
-    Lines(
-        "Interactions", lambda report: interaction_lines(report.interactions) if report.interactions is not None else []
-    ),
+    Lines("Marginal effects", effects_section),
+    Lines("Interactions", interactions_section),
     Lines("Cost and convergence", cost_lines),
     Lines("Missing", missing_lines),
     Lines("Plots", plots_line),
