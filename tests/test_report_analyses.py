@@ -213,6 +213,46 @@ def test_a_record_without_its_size_is_measured_from_its_config_as_training_measu
     assert measured.loc[key, "flops_per_title"] == pytest.approx(first.forward_flops_per_title)
 
 
+def test_sizes_migrated_into_older_records_leave_the_report_as_it_was_and_build_no_model(
+    trained_store, tmp_path, monkeypatch, capsys
+):
+    """Records of code older than the size: migrated once, their report reads the size from them."""
+    import json
+    import shutil
+
+    from klue_tc.core.checksums import CHECKSUM_KEY
+    from klue_tc.report.sizes import SIZES_CACHE, migrate_sizes
+    from klue_tc.report.write import write_report
+    from klue_tc.training.model_size import ModelBuilder
+
+    _, results = trained_store
+    sweep = tmp_path / "sweep"
+    shutil.copytree(results, sweep / "results")
+    paths = sorted((sweep / "results").glob("*/fold*.json"))
+    for path in paths:  # as older code wrote them: no size
+        replace(FoldResult.load(path), model_size=None).save(path)
+    write_report(sweep)
+    before = {name: (sweep / name).read_text(encoding="utf-8") for name in ("report.md", "report.csv")}
+    assert "(1 built from config.yaml)" in before["report.md"]
+
+    assert migrate_sizes(sweep) == (1, [])
+    migrated = [FoldResult.load(path).model_size for path in paths]  # load checks each record's checksum
+    assert [size is not None and size.rebuilt for size in migrated] == [True, False]  # the first fold's
+    assert CHECKSUM_KEY in json.loads(paths[0].read_text(encoding="utf-8"))  # and it matches: load checked it
+    from klue_tc.report.cli import main
+
+    assert main([str(sweep), "--migrate-sizes"]) == 0  # once is enough: nothing is left to write
+    assert "model sizes: written into 0 records" in capsys.readouterr().out
+
+    def never(*_):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(ModelBuilder, "size", never)
+    (sweep / SIZES_CACHE).unlink()
+    write_report(sweep)
+    assert {name: (sweep / name).read_text(encoding="utf-8") for name in before} == before
+
+
 def test_the_report_holds_every_further_analysis(trained_store):
     from klue_tc.report.write import write_report
 

@@ -2,6 +2,7 @@
 
 python -m klue_tc.report outputs/sweeps/study [--wandb]
 python -m klue_tc.report docs/study              # the committed study, from its records alone
+python -m klue_tc.report DIR --migrate-sizes     # once: older records' model sizes written into them
 """
 
 from __future__ import annotations
@@ -37,8 +38,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         type=Path,
         help="another study's records (say docs/study/results): claims.md shows its verdicts beside these",
     )
+    parser.add_argument(
+        "--migrate-sizes",
+        action="store_true",
+        help="write into the records below DIR that lack their model size the size built again from their "
+        "config.yaml (once, so that the report builds no model), then stop",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    if args.migrate_sizes:
+        return migrate_sizes(args.directory)
     from klue_tc.report.write import write_report
 
     try:
@@ -55,4 +64,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         return USER_ERROR_EXIT
     written = [name for name in REPORT_FILES if (args.directory / name).is_file()]
     print(f"report: {args.directory / 'report.md'} ({', '.join(written)} and the plots beside it)")
+    return 0
+
+
+def migrate_sizes(directory: Path) -> int:
+    from klue_tc.report.sizes import grouped
+    from klue_tc.report.sizes import migrate_sizes as migrate
+
+    try:
+        written, problems = migrate(directory)
+    except KlueTcError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    print(f"model sizes: written into {written} record{'s' if written != 1 else ''} below {directory}")
+    for problem in grouped(problems):
+        print(f"not measured: {problem}", file=sys.stderr)
     return 0

@@ -1,16 +1,18 @@
 """How big each configuration is (embedding and non-embedding parameters, FLOPs per title), and its
 F1 against its size: so that a reader sees whether a "better" encoder is just a bigger one.
 
-Records of newer code carry their size (klue_tc/training/model_size.py measured it while training); for
-older ones the model is built again from the configuration's config.yaml, with its first fold's
-tokenizer (fitted as training fitted it, or read from the tokenizer cache) and that fold's titles
-for the typical length. Building a model costs well under a second; the tokenizer is fitted once
-per tokenizer and fold.
+Records of newer code carry their size (klue_tc/training/model_size.py measured it while training).
+Older ones get theirs once, written into their first fold's record (`python -m klue_tc.report DIR
+--migrate-sizes`, migrate_sizes below): the model built again from the configuration's config.yaml,
+with that fold's tokenizer (fitted as training fitted it, or read from the tokenizer cache) and its
+titles for the typical length. Until a store is migrated the report builds the missing sizes itself
+the same way and keeps them in sizes.json beside the report.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -40,21 +42,25 @@ def recorded_sizes(records: Sequence[FoldResult]) -> pd.DataFrame:
             "params_non_embedding": r.model_size.non_embedding_params,
             "flops_per_title": r.model_size.forward_flops_per_title,
             "title_length": r.model_size.title_length,
+            "size_source": MEASURED if r.model_size.rebuilt else RECORDED,
         }
         for r in records
         if r.model_size is not None
     ]
     if not rows:
         return pd.DataFrame(columns=SIZE_COLUMNS).rename_axis("config_hash")
-    frame = pd.DataFrame(rows).groupby("config_hash").mean()
-    return frame.round({"params_embedding": 0, "params_non_embedding": 0}).assign(size_source=RECORDED)
+    frame = pd.DataFrame(rows)
+    sources = frame.groupby("config_hash")["size_source"].first()
+    frame = frame.drop(columns="size_source").groupby("config_hash").mean()
+    return frame.round({"params_embedding": 0, "params_non_embedding": 0}).assign(size_source=sources)
 
 
-def measured_sizes(
+def rebuilt_sizes(
     records: Sequence[FoldResult], configs: dict[str, Any], size_of: Optional[Callable[[dict, int], ModelSize]] = None
-) -> tuple[pd.DataFrame, list[str]]:
+) -> tuple[dict[str, tuple[int, ModelSize]], list[str]]:
     """The size of each configuration without a recorded one, built from `configs` (config.yaml by
-    key) on its first fold; and a line per configuration that could not be built, saying why."""
+    key) on its first fold, with that fold; and a line per configuration that could not be built,
+    saying why."""
     from omegaconf import OmegaConf
 
     if size_of is None:
@@ -65,7 +71,7 @@ def measured_sizes(
     for r in sorted(records, key=lambda r: r.fold):
         if r.model_size is None:
             first_fold.setdefault(r.config_hash, r.fold)
-    rows, problems = [], []
+    sizes, problems = {}, []
     for key, fold in first_fold.items():
         if key not in configs:
             problems.append(f"{key}: no config.yaml beside its records")
@@ -73,22 +79,52 @@ def measured_sizes(
         config = configs[key]
         plain = OmegaConf.to_container(config, resolve=True) if not isinstance(config, dict) else config
         try:
-            size = size_of(plain, fold)
+            sizes[key] = fold, replace(size_of(plain, fold), rebuilt=True)
         except (KlueTcError, OSError, ValueError) as err:
             problems.append(f"{key}: {str(err).splitlines()[0]}")
-            continue
-        rows.append(
-            {
-                "config_hash": key,
-                "params_embedding": size.embedding_params,
-                "params_non_embedding": size.non_embedding_params,
-                "flops_per_title": size.forward_flops_per_title,
-                "title_length": size.title_length,
-                "size_source": MEASURED,
-            }
-        )
+    return sizes, problems
+
+
+def measured_sizes(
+    records: Sequence[FoldResult], configs: dict[str, Any], size_of: Optional[Callable[[dict, int], ModelSize]] = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """rebuilt_sizes as the rows of configuration_sizes' frame."""
+    sizes, problems = rebuilt_sizes(records, configs, size_of)
+    rows = [
+        {
+            "config_hash": key,
+            "params_embedding": size.embedding_params,
+            "params_non_embedding": size.non_embedding_params,
+            "flops_per_title": size.forward_flops_per_title,
+            "title_length": size.title_length,
+            "size_source": MEASURED,
+        }
+        for key, (_, size) in sizes.items()
+    ]
     frame = pd.DataFrame(rows, columns=["config_hash", *SIZE_COLUMNS]).set_index("config_hash")
     return frame, problems
+
+
+def migrate_sizes(directory: Path, size_of: Optional[Callable[[dict, int], ModelSize]] = None) -> tuple[int, list[str]]:
+    """Write into the results stores below `directory` the size of every configuration whose records
+    lack one, into the record of the fold the report reads it from (its first scored fold), through
+    the store (the record's checksum made again); how many records were written, and a line per
+    configuration that could not be built. Once a store is migrated, its report builds no model."""
+    from klue_tc.report.loading import configs_in_store, fold_records, store_roots
+    from klue_tc.store.results import ResultsStore
+
+    records = fold_records(directory)
+    recorded = set(recorded_sizes(records).index)
+    missing = [r for r in records if r.config_hash not in recorded]
+    stores, configs = {}, {}
+    for root in store_roots(directory):
+        for key, config in configs_in_store(root).items():
+            stores[key], configs[key] = ResultsStore(root), config
+    stored = [r for r in missing if r.config_hash in stores and stores[r.config_hash].holds(r.config_hash, r.fold)]
+    sizes, problems = rebuilt_sizes(stored, configs, size_of)
+    for key, (fold, size) in sizes.items():
+        stores[key].add_model_size(key, fold, size)
+    return len(sizes), problems
 
 
 def configuration_sizes(

@@ -68,6 +68,9 @@ class ModelSize:
     non_embedding_params: int  # the blocks and the head
     forward_flops_per_title: float  # one forward pass over a title of `title_length` tokens
     title_length: int  # the median length of the fold's scored titles, in tokens
+    # Measured after training, by building the model again from its config.yaml on this fold
+    # (python -m klue_tc.report DIR --migrate-sizes), for a record of code older than the size.
+    rebuilt: bool = False
 
 
 @dataclass

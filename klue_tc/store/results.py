@@ -25,7 +25,7 @@ from klue_tc.core.config import RunConfig, keyed_settings
 from klue_tc.core.errors import DamagedFileError
 from klue_tc.core.files import atomic_write_text, exclusive_lock, link_or_copy, link_or_copy_tree
 from klue_tc.store.fingerprint import counts_for
-from klue_tc.store.records import CodeVersion, FoldPredictions, FoldResult
+from klue_tc.store.records import CodeVersion, FoldPredictions, FoldResult, ModelSize
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,15 @@ class ResultsStore:
         if config is not None and not (self.root / key / CONFIG_FILE).is_file():
             text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
             atomic_write_text(self.root / key / CONFIG_FILE, text)
+
+    def holds(self, key: str, fold: int) -> bool:
+        return self._path(key, fold).is_file()
+
+    def add_model_size(self, key: str, fold: int, size: ModelSize) -> None:
+        """Write a size measured after training into a record of older code that lacks one, with the
+        record's checksum made again; its scores, paths and predictions stay as they are."""
+        path = self._path(key, fold)
+        replace(FoldResult.load(path), model_size=size).save(path)
 
     def claim(self, key: str, fold: int) -> contextlib.AbstractContextManager[None]:
         """Hold the fold while it trains: a second identical job waits here, then finds the record."""
