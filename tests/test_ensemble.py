@@ -251,6 +251,21 @@ def test_records_without_probabilities_take_part_by_their_votes(tmp_path):
     assert any("keep no probabilities" in note and "votes" in note for note in ensemble.notes)
 
 
+def test_members_whose_encoders_read_their_held_out_titles_are_named_in_one_line(tmp_path):
+    from klue_tc.ensemble.stage import build_ensemble
+
+    rng = np.random.default_rng(3)
+    labels = np.arange(420) % NUM_CLASSES
+    validation_labels = rng.integers(0, NUM_CLASSES, 280)
+    store = ResultsStore(tmp_path / "results")
+    for key, encoder, read in (("aaaaaa000000", "cnn", True), ("bbbbbb000000", "transformer", False)):
+        for record in configuration_records(key, encoder, labels, validation_labels, 1.5, rng):
+            record.pretrained = {"key": f"enc-{key}", "include_held_out_titles": read}
+            store.put(key, record.fold, record)
+    notes = [n for n in build_ensemble(tmp_path, baselines=False).notes if "include_held_out_titles" in n]
+    assert len(notes) == 1 and "cnn" in notes[0] and "transformer" not in notes[0]
+
+
 def test_a_configuration_short_of_folds_is_left_out_in_one_line(tmp_path):
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -399,7 +414,7 @@ def test_the_ensemble_sweep_runs_resumes_and_its_records_make_a_servable_ensembl
     sweep_file = sweeps / "ensemble.yaml"
     text = sweep_file.read_text(encoding="utf-8")
     text = text.replace(
-        "transformer_sentencepiece,transformer_kobert,cnn_mecab,trans_blstm_parallel_mecab",
+        "transformer_sentencepiece,cnn_mecab,transformer_kobert,trans_blstm_parallel_mecab",
         "transformer_sentencepiece,cnn_mecab",
     )
     sweep_file.write_text(text.replace("folds: 5", "folds: 2").replace("range(0,5)", "range(0,2)"), encoding="utf-8")
@@ -419,6 +434,9 @@ def test_the_ensemble_sweep_runs_resumes_and_its_records_make_a_servable_ensembl
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert done.stdout.count(SKIPPED) == 4  # the rerun found every fold in the store
     assert len(list((tmp_path / "docs" / "ensemble" / "results").glob("*/fold*.json"))) == 4
+    # Each member's folds share one encoder, pretrained on all of train's titles (no validation title).
+    encoders = [json.loads(p.read_text()) for p in (tmp_path / "outputs").rglob("pretrained.json")]
+    assert len(encoders) == 2 and all(e["include_held_out_titles"] for e in encoders)
 
     stage = [sys.executable, "-m", "klue_tc.ensemble", str(tmp_path / "sweep"), "--no-baselines"]
     done = subprocess.run(stage, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

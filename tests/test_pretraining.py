@@ -22,7 +22,9 @@ from klue_tc.core.errors import ConfigError, DataError
 from klue_tc.core.hardware import Device
 from klue_tc.data.corpus import Corpus, PretrainSources, fold_corpus, gather_sources, normalised, text_fingerprint
 from klue_tc.data.titles import LabelledTitles, read_unlabelled_file
+from klue_tc.pretraining import encoder_keys
 from klue_tc.pretraining import pretrain as pretraining
+from klue_tc.pretraining.encoder_keys import pretrained_key, pretrained_keys
 from klue_tc.pretraining.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.pretraining.masking import corrupt_picked, never_hidden, pick_tokens, pick_whole_words
 from klue_tc.pretraining.objectives import word_start_table
@@ -35,7 +37,6 @@ from klue_tc.pretraining.pretrain import (
     ensure_pretrained,
     load_pretrained_encoder,
     pretrain_encoder,
-    pretrained_key,
 )
 from klue_tc.pretraining.replaced_token_detection import (
     ReplacedTokenDetection,
@@ -234,6 +235,34 @@ def test_one_corpus_for_every_fold_leaves_out_every_labelled_title(tmp_path):
     assert corpora[0].texts == rows[20:]
 
 
+def test_held_out_titles_in_the_corpus_share_one_encoder_and_never_let_the_validation_titles_in(tmp_path):
+    """pretrain.include_held_out_titles: every fold of all of train reads one corpus (its held-out
+    titles as unlabelled text), the validation file's titles stay out; unset, no key moves."""
+    rows = [f"제목 {i} 소식" for i in range(30)]
+    job = labelled(rows)
+    validation = ["검증 제목 하나", "제목 25 소식"]  # the second is also a training title
+    sources = PretrainSources(rows, [], validation)
+    run = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "pretrain.include_held_out_titles=true")
+    corpora = [fold_corpus(run, sources, job, np.arange(k, 30, 3)) for k in range(3)]
+    assert corpora[0].fingerprint == corpora[1].fingerprint == corpora[2].fingerprint
+    assert corpora[0].include_held_out_titles and not corpora[0].include_scored_titles
+    assert "제목 0 소식" in corpora[0].texts  # fold 0's held-out title
+    assert {normalised(v) for v in validation}.isdisjoint(normalised(t) for t in corpora[0].texts)
+    assert len(corpora[0].texts) == 29 and corpora[0].left_out == 1
+    assert pretrained_key(run, CPU, corpora[0], None) == pretrained_key(run, CPU, corpora[2], None)
+    default = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm")
+    assert "include_held_out_titles" not in keyed_settings(default.pretrain)
+    assert keyed_settings(run.pretrain)["include_held_out_titles"] is True
+    with pytest.raises(ConfigError, match="set one of them"):
+        run_config(
+            tmp_path,
+            "+experiment=transformer",
+            "pretrain=mlm",
+            "pretrain.include_held_out_titles=true",
+            "pretrain.same_corpus_every_fold=true",
+        )
+
+
 def test_gather_sources_reads_the_rest_of_the_file_and_the_corpus_files(tmp_path):
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10))
     extra = tmp_path / "extra.txt"
@@ -281,13 +310,13 @@ def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     again = ensure_pretrained(run, CPU, corpus, store, cache, None)
     assert again.key == first.key and again.path == first.path
     other_seed = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "seed=7")
-    assert pretraining.pretrained_key(other_seed, CPU, corpus, None) != first.key
+    assert pretrained_key(other_seed, CPU, corpus, None) != first.key
 
 
 def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path, monkeypatch):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
-    key = pretraining.pretrained_key(run, CPU, corpus, None)
+    key = pretrained_key(run, CPU, corpus, None)
     train_and_store = pretraining._train_and_store
     trained = []
 
@@ -733,11 +762,11 @@ def test_an_encoder_stored_by_earlier_code_that_makes_the_same_numbers_is_not_pr
     earlier = ensure_pretrained(run, CPU, corpus, store, cache, None)
     made_by = fingerprint.code_version(run)
     later = CodeVersion("0123456789ab", made_by.versions)  # this code after an edit that moves no number
-    monkeypatch.setattr(pretraining, "code_version", lambda run: later)
-    monkeypatch.setattr(pretraining, "SAME_NUMBERS_AS", {later.fingerprint: (made_by.fingerprint,)})
-    keys = pretraining.pretrained_keys(run, CPU, corpus, None)
+    monkeypatch.setattr(encoder_keys, "code_version", lambda run: later)
+    monkeypatch.setattr(encoder_keys, "SAME_NUMBERS_AS", {later.fingerprint: (made_by.fingerprint,)})
+    keys = pretrained_keys(run, CPU, corpus, None)
     assert keys[1] == earlier.key != keys[0]
     monkeypatch.setattr(pretraining, "_train_and_store", lambda *args: pytest.fail("pretrained again"))
     assert ensure_pretrained(run, CPU, corpus, store, cache, None).key == earlier.key
-    monkeypatch.setattr(pretraining, "SAME_NUMBERS_AS", {})
-    assert pretraining.pretrained_keys(run, CPU, corpus, None) == [keys[0]]
+    monkeypatch.setattr(encoder_keys, "SAME_NUMBERS_AS", {})
+    assert pretrained_keys(run, CPU, corpus, None) == [keys[0]]

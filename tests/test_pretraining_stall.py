@@ -14,7 +14,8 @@ from jobs import compose_job
 from klue_tc.core.config import keyed_settings, validate
 from klue_tc.core.errors import ConfigError
 from klue_tc.pretraining import pretrain as pretraining
-from klue_tc.pretraining.pretrain import PretrainedStore, ensure_pretrained, pretrain_encoder, pretrained_key
+from klue_tc.pretraining.encoder_keys import pretrained_key
+from klue_tc.pretraining.pretrain import PretrainedStore, ensure_pretrained, pretrain_encoder
 from klue_tc.store.results import config_hash
 from klue_tc.tokenizers import EncodedTitles, TokenizerCache, fit_tokenizer
 

@@ -38,10 +38,10 @@ def keyed_while_on(default_factory: Any) -> Any:
     return field(default_factory=default_factory, metadata={RESULTS_KEY: WHILE_ON})
 
 
-def keyed_when_set() -> Any:
-    """An optional field in the results key only when set (pretrain.seed: null means the run's seed,
-    so every key made before it, and every key of a job that leaves it unset, is as it was)."""
-    return field(default=None, metadata={RESULTS_KEY: WHEN_SET})
+def keyed_when_set(default: Any = None) -> Any:
+    """A field in the results key only when set away from `default` (pretrain.seed: null means the
+    run's seed), so every key made before it, and every key of a job that leaves it, is as it was."""
+    return field(default=default, metadata={RESULTS_KEY: WHEN_SET})
 
 
 def in_results_key(item: Any, section: Any = None) -> bool:
@@ -49,7 +49,7 @@ def in_results_key(item: Any, section: Any = None) -> bool:
     if keyed == WHILE_ON:
         return getattr(section, item.name).on
     if keyed == WHEN_SET:
-        return getattr(section, item.name) is not None
+        return getattr(section, item.name) != item.default
     return keyed
 
 
@@ -436,6 +436,10 @@ class PretrainConfig:
     same_corpus_every_fold: bool = False
     # true: titles that are scored (the held-out fold, the validation file) may be in the corpus.
     include_scored_titles: bool = False
+    # true: the fold's held-out titles of the training file stay in its corpus as unlabelled text
+    # (never the validation file's), so every fold of all of train shares one corpus and one encoder;
+    # the folds' out-of-fold scores then come from encoders that read those titles, said in every record.
+    include_held_out_titles: bool = keyed_when_set(False)
     dir: Optional[str] = outside_results_key(None)  # null: `pretrained` inside the results store
     save_every_steps: int = outside_results_key(200)  # how often the resumable state is written
     # The stall rule (klue_tc/pretraining/stall.py), for an objective whose loss the token-frequency
@@ -481,6 +485,11 @@ class PretrainConfig:
             one_of("pretrain.schedule", self.schedule, ("cosine", "linear", "constant")),
             at_least("pretrain.batch_size", self.batch_size, 1),
             at_least("pretrain.save_every_steps", self.save_every_steps, 1),
+            (
+                not (self.same_corpus_every_fold and self.include_held_out_titles),
+                "pretrain.same_corpus_every_fold leaves out every labelled title and pretrain.include_held_out_titles "
+                "keeps the held-out ones: set one of them",
+            ),
             *self.stall.checks(),
         ]
 

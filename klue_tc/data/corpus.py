@@ -4,7 +4,9 @@ By default a fold's corpus is every title of the training file (data.limit's unl
 included) and of the `pretrain.corpus` files, minus every title that is scored: the fold's held-out
 titles and the validation file's, matched by normalised text. `pretrain.same_corpus_every_fold`
 leaves out every labelled title of the job instead, so all folds share one corpus (and one
-pretrained encoder); `pretrain.include_scored_titles` is the named opt-in that lets scored text in.
+pretrained encoder); `pretrain.include_held_out_titles` keeps the held-out titles of the training
+file (so all folds of all of train share one corpus) and still leaves out the validation file's;
+`pretrain.include_scored_titles` is the named opt-in that lets every scored text in.
 No torch here: the corpus is known, and keyed, before anything trains.
 """
 
@@ -61,6 +63,7 @@ class Corpus:
     fingerprint: str
     left_out: int  # titles of the sources kept out because they are scored (or labelled)
     include_scored_titles: bool
+    include_held_out_titles: bool = False  # the held-out fold's text is in it (the validation file's never)
 
 
 def fold_corpus(run: RunConfig, sources: PretrainSources, labelled: LabelledTitles, held_out: np.ndarray) -> Corpus:
@@ -74,7 +77,7 @@ def fold_corpus(run: RunConfig, sources: PretrainSources, labelled: LabelledTitl
     kept_out = {normalised(t) for t in sources.validation_titles}
     if cfg.same_corpus_every_fold:
         kept_out |= {normalised(t) for t in labelled.texts}
-    else:
+    elif not cfg.include_held_out_titles:
         kept_out |= {normalised(labelled.texts[i]) for i in held_out}
     texts = [t for t in candidates if normalised(t) not in kept_out]
     if not texts:
@@ -82,4 +85,4 @@ def fold_corpus(run: RunConfig, sources: PretrainSources, labelled: LabelledTitl
             "the pretraining corpus is empty: every title is scored or labelled; add unlabelled text with "
             "pretrain.corpus=[file.txt] or set pretrain.same_corpus_every_fold=false"
         )
-    return Corpus(texts, text_fingerprint(texts), len(candidates) - len(texts), False)
+    return Corpus(texts, text_fingerprint(texts), len(candidates) - len(texts), False, cfg.include_held_out_titles)

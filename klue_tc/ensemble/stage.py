@@ -32,6 +32,13 @@ VOTES_LINE = (
     "temperature"
 )
 
+HELD_OUT_READ_LINE = (
+    "{members} pretrained on corpora that held their folds' held-out training titles as unlabelled text "
+    "(pretrain.include_held_out_titles): their out-of-fold probabilities, which choose the members, weights "
+    "and temperatures, come from encoders that read those titles, so they flatter them beside the linear "
+    "baselines; no validation title was in any corpus, so the validation scores are not affected"
+)
+
 
 class EnsembleError(KlueTcError):
     """The records cannot make an ensemble."""
@@ -83,6 +90,12 @@ class Ensemble:
 
     def validation_probs(self) -> Optional[np.ndarray]:
         return self.combine([m.fold_ensemble() for m in self.members])
+
+
+def read_held_out_titles(record: FoldResult) -> bool:
+    """Whether the fold's encoder was pretrained on a corpus holding the fold's own held-out titles."""
+    pretrained = record.pretrained or {}
+    return bool(pretrained.get("include_held_out_titles") or pretrained.get("include_scored_titles"))
 
 
 def label_names_of(records: Sequence[FoldResult], classes: int) -> list[str]:
@@ -176,6 +189,9 @@ def build_ensemble(
     voting = [m for m in members if m.votes]
     if voting:
         notes.append(VOTES_LINE.format(n=len(voting), total=len(members)))
+    transductive = [m.name for m in members if m.kind != LINEAR and any(read_held_out_titles(r) for r in m.folds)]
+    if transductive:
+        notes.append(HELD_OUT_READ_LINE.format(members=", ".join(transductive)))
     source = "the runs' validation titles"
     if validation_file is not None:
         titles.validation_labels, source = rescored_on(members, validation_file, label_names, batch_size)

@@ -243,8 +243,9 @@ def pretrain_for_fold(job: JobContext, k: int, held_out: np.ndarray, cache):
     from klue_tc.data.corpus import fold_corpus
     from klue_tc.jobs.loggers import finish_wandb_run, open_wandb_run
     from klue_tc.jobs.progress import PretrainLine
+    from klue_tc.pretraining.encoder_keys import pretrained_keys, stored_key
     from klue_tc.pretraining.objectives import objective
-    from klue_tc.pretraining.pretrain import ensure_pretrained, pretrained_keys, store_for, stored_key
+    from klue_tc.pretraining.pretrain import ensure_pretrained, store_for
 
     run, identity = job.run, job.inputs.tokenizer_identity
     corpus = fold_corpus(run, job.sources, job.inputs.train, held_out)

@@ -10,14 +10,12 @@ is, resumable from the last saved step.
 from __future__ import annotations
 
 import collections
-import hashlib
 import io
-import json
 import logging
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
@@ -35,7 +33,7 @@ from klue_tc.core.checksums import (
     sidecar,
     with_checksum,
 )
-from klue_tc.core.config import RunConfig, keyed_settings
+from klue_tc.core.config import RunConfig
 from klue_tc.core.errors import DamagedFileError
 from klue_tc.core.files import atomic_write_bytes, atomic_write_json, exclusive_lock
 from klue_tc.core.hardware import Device
@@ -45,14 +43,12 @@ from klue_tc.engine.checkpoints import AtomicCheckpointIO
 from klue_tc.engine.random_state import RandomState
 from klue_tc.models.masked_lm import HEAD_ROW_BUCKET, round_up
 from klue_tc.models.schedule import lr_lambda, warmup_steps
+from klue_tc.pretraining.encoder_keys import pretrained_keys, stored_key
 from klue_tc.pretraining.frequency_plateau import plateau_warning, token_entropy
 from klue_tc.pretraining.masking import never_hidden
 from klue_tc.pretraining.objectives import objective, pretraining_model
 from klue_tc.pretraining.stall import StallWatch, with_restarts
-from klue_tc.store.fingerprint import SAME_NUMBERS_AS, code_version
-from klue_tc.store.records import CodeVersion
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, TokenizerCache, load_tokenizer
-from klue_tc.tokenizers.cache import tokenizer_key
 
 log = logging.getLogger(__name__)
 
@@ -102,42 +98,6 @@ class PretrainedEncoder:
     def record(self) -> dict:
         """What a fold record says about the encoder it started from."""
         return {"key": self.key, "path": str(self.path.resolve()), **self.meta}
-
-
-def pretrained_keys(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> list[str]:
-    """The encoder's key under this code, then under each earlier code version that makes the same
-    numbers (SAME_NUMBERS_AS): an encoder such code stored is this code's encoder. Everything that
-    changes the pretrained weights is in it; where the corpus came from is not."""
-    settings = keyed_settings(run.pretrain)
-    for how_the_corpus_was_chosen in ("same_corpus_every_fold", "include_scored_titles"):
-        settings.pop(how_the_corpus_was_chosen)
-    payload = {
-        "pretrain": settings,
-        "encoder": keyed_settings(run.encoder),
-        "tokenizer": tokenizer_key(run.tokenizer, corpus.fingerprint),
-        "tokenizer_model": tokenizer_identity,
-        "corpus": corpus.fingerprint,
-        "pad_multiple": run.data.pad_multiple,
-        "seed": run.seed,
-        "precision": device.precision,
-    }
-    code = code_version(run)
-    versions = [code, *(CodeVersion(earlier, code.versions) for earlier in SAME_NUMBERS_AS.get(code.fingerprint, ()))]
-    return [
-        hashlib.sha1(json.dumps({**payload, "code": asdict(version)}, sort_keys=True).encode()).hexdigest()[:12]
-        for version in versions
-    ]
-
-
-def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_identity: Optional[str]) -> str:
-    """This code's key for the encoder."""
-    return pretrained_keys(run, device, corpus, tokenizer_identity)[0]
-
-
-def stored_key(store: PretrainedStore, keys: list[str]) -> str:
-    """The key to pretrain under or find: an earlier code version's (keys[1:]) where the store holds
-    its encoder, else this code's (keys[0])."""
-    return next((key for key in keys[1:] if store.find(key) is not None), keys[0])
 
 
 def store_for(run: RunConfig, results_root: Path, key: str) -> PretrainedStore:
@@ -240,6 +200,7 @@ def _train_and_store(
         "corpus_fingerprint": corpus.fingerprint,
         "left_out_scored_titles": corpus.left_out,
         "include_scored_titles": corpus.include_scored_titles,
+        "include_held_out_titles": corpus.include_held_out_titles,
         "tokenizer_key": tok_key,
         "token_entropy": round(token_entropy(encoded.ids, never_hidden(tokenizer.specials)), 4),
         "seconds": round(outcome.seconds, 1),

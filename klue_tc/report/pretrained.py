@@ -38,6 +38,7 @@ def pretrainings(records: Sequence[FoldResult]) -> pd.DataFrame:
                 "corpus_titles": stored.get("corpus_titles"),
                 "left_out_scored_titles": stored.get("left_out_scored_titles"),
                 "include_scored_titles": bool(stored.get("include_scored_titles")),
+                "include_held_out_titles": bool(stored.get("include_held_out_titles")),
                 "machine": machine_name(stored["device"], stored.get("threads")) if stored.get("device") else None,
             },
         )
@@ -51,12 +52,17 @@ def pretraining_section(records: Sequence[FoldResult]) -> Findings:
     if frame.empty:
         return Findings([])
     scored_in = int(frame["include_scored_titles"].sum())
+    held_out_in = int(frame["include_held_out_titles"].sum())
     left_out = frame["left_out_scored_titles"].dropna()
-    read = (
-        f"none read a scored title: each left out all {int(left_out.min()):,} labelled titles"
-        if not scored_in and len(left_out) == len(frame) and left_out.min() == left_out.max()
-        else f"{scored_in} of {len(frame)} read corpora that include the scored titles"
-    )
+    if held_out_in and not scored_in:
+        read = (
+            f"{held_out_in} of {len(frame)} read their folds' held-out training titles as unlabelled text "
+            "(pretrain.include_held_out_titles: their out-of-fold scores are transductive), none a validation title"
+        )
+    elif not scored_in and len(left_out) == len(frame) and left_out.min() == left_out.max():
+        read = f"none read a scored title: each left out all {int(left_out.min()):,} labelled titles"
+    else:
+        read = f"{scored_in} of {len(frame)} read corpora that include the scored titles"
     started = [r for r in records if r.pretrained]
     fine_tuning = sum(r.train_seconds or 0.0 for r in started)
     lines = [
