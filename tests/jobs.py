@@ -31,6 +31,28 @@ def one_tiny_fold(data: Path, results: Path, *extra: str) -> list[str]:
     ]
 
 
+def tiny_trained_sweep(tmp: Path, epochs: int) -> tuple[Path, Path, list[str]]:
+    """One tiny one-layer Transformer trained for real on 2 folds into `tmp/sweep`'s results store,
+    with validation titles: the records an ensemble is built from. Returns the sweep's folder, the
+    validation file and the overrides every job on these titles shares."""
+    from conftest import make_headlines, write_tsv
+
+    train = write_tsv(tmp / "train.tsv", make_headlines(per_class=10, seed=0))
+    validation = write_tsv(tmp / "validation.tsv", make_headlines(per_class=4, seed=1))
+    common = [
+        f"data.path={train}",
+        f"data.validation_path={validation}",
+        f"data.cache_dir={tmp / 'cache'}",
+        "logger=none",
+        *TINY_MODEL,
+        "+experiment=transformer",
+        "encoder.layers=1",
+        f"trainer.max_epochs={epochs}",
+    ]
+    run_in_process([*common, f"results.dir={tmp / 'sweep' / 'results'}", "cv.folds=2"], tmp / "sweep" / "run")
+    return tmp / "sweep", validation, common
+
+
 def compose_job(overrides: list[str], run_dir: Path):
     register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -94,24 +94,11 @@ def test_without_a_teacher_the_results_key_has_no_distill_section(tmp_path):
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     """A tiny configuration trained on 2 folds, its ensemble built by the stage (soft labels written)."""
-    from conftest import TINY_MODEL, make_headlines, write_tsv
-    from jobs import run_in_process
+    from jobs import tiny_trained_sweep
     from klue_tc.ensemble.cli import main
 
     tmp = tmp_path_factory.mktemp("teacher")
-    train = write_tsv(tmp / "train.tsv", make_headlines(per_class=10, seed=0))
-    validation = write_tsv(tmp / "validation.tsv", make_headlines(per_class=4, seed=1))
-    common = [
-        f"data.path={train}",
-        f"data.validation_path={validation}",
-        f"data.cache_dir={tmp / 'cache'}",
-        "logger=none",
-        *TINY_MODEL,
-        "+experiment=transformer",
-        "encoder.layers=1",
-        "trainer.max_epochs=2",
-    ]
-    run_in_process([*common, f"results.dir={tmp / 'sweep' / 'results'}", "cv.folds=2"], tmp / "sweep" / "run")
+    _, _, common = tiny_trained_sweep(tmp, epochs=2)
     assert main([str(tmp / "sweep"), "--no-baselines", "--no-artefact", "--no-soft-labels"]) == 0
     assert not (tmp / "sweep" / "soft-labels.npz").exists()
     assert main([str(tmp / "sweep"), "--no-baselines", "--no-artefact"]) == 0

@@ -289,26 +289,10 @@ def test_a_folder_without_records_is_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def trained_sweep(tmp_path_factory):
     """One tiny configuration trained for real on 2 folds into a sweep's results store."""
-    from conftest import TINY_MODEL, make_headlines, write_tsv
-    from jobs import run_in_process
+    from jobs import tiny_trained_sweep
 
-    tmp = tmp_path_factory.mktemp("trained")
-    train = write_tsv(tmp / "train.tsv", make_headlines(per_class=10, seed=0))
-    validation = write_tsv(tmp / "validation.tsv", make_headlines(per_class=4, seed=1))
-    overrides = [
-        f"data.path={train}",
-        f"data.validation_path={validation}",
-        f"results.dir={tmp / 'sweep' / 'results'}",
-        f"data.cache_dir={tmp / 'cache'}",
-        "logger=none",
-        *TINY_MODEL,
-        "+experiment=transformer",
-        "encoder.layers=1",
-        "cv.folds=2",
-        "trainer.max_epochs=1",
-    ]
-    run_in_process(overrides, tmp / "sweep" / "run")
-    return tmp / "sweep", validation
+    sweep, validation, _ = tiny_trained_sweep(tmp_path_factory.mktemp("trained"), epochs=1)
+    return sweep, validation
 
 
 @pytest.mark.parametrize("baselines", [False, True])
