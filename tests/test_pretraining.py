@@ -261,6 +261,11 @@ def test_held_out_titles_in_the_corpus_share_one_encoder_and_never_let_the_valid
             "pretrain.include_held_out_titles=true",
             "pretrain.same_corpus_every_fold=true",
         )
+    # A final model on the same titles (cv.folds=1: nothing held out) reads the same corpus, so a
+    # student distilled later starts from the members' encoder (sweeps/distill.yaml).
+    final = run_config(tmp_path, "+experiment=transformer", "pretrain=mlm", "cv.folds=1")
+    final_corpus = fold_corpus(final, sources, job, np.array([], dtype=np.int64))
+    assert pretrained_key(final, CPU, final_corpus, None) == pretrained_key(run, CPU, corpora[0], None)
 
 
 def test_gather_sources_reads_the_rest_of_the_file_and_the_corpus_files(tmp_path):
