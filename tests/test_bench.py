@@ -288,7 +288,7 @@ def test_the_ensemble_run_serves_the_ensemble_sweeps_members():
     from benchmarks.ensemble import compose_member, sweep_members
 
     members = sweep_members()
-    assert members == ["transformer_sentencepiece", "transformer_kobert", "cnn_mecab", "trans_blstm_parallel_mecab"]
+    assert members == ["transformer_sentencepiece", "cnn_mecab", "transformer_kobert", "trans_blstm_parallel_mecab"]
     spec = {"batch_size": 16, "cache_dir": "cache", "gpu": False}
     cnn = compose_member("cnn_mecab", spec)  # the sweep's design, trained a couple of steps, not pretrained
     assert (cnn.encoder.name, cnn.encoder.layers, cnn.tokenizer.name, cnn.pretrain.objective) == (

@@ -457,7 +457,7 @@ def test_study_grid_is_the_120_paper_configurations_on_3_folds_of_10000_titles()
     assert len(configs) == configurations
 
 
-def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pretrains_a_scored_title(tmp_path):
+def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pretrains_a_validation_title(tmp_path):
     from conftest import make_headlines, write_tsv
     from klue_tc.data.corpus import fold_corpus, gather_sources, normalised
     from klue_tc.data.titles import read_labelled_file, stratified_folds
@@ -475,20 +475,26 @@ def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pret
         ("cnn", "post", 4, "mecab", "cls", False),
         ("trans_blstm_parallel", "post", 4, "mecab", "blstm", False),
     }
-    assert {(r.cv.folds, r.data.limit, r.pretrain.objective, r.results.dir) for r in runs} == {
-        (5, None, "mlm", "docs/ensemble/results")
-    }
+    assert {
+        (r.cv.folds, r.data.limit, r.pretrain.objective, r.pretrain.include_held_out_titles, r.results.dir)
+        for r in runs
+    } == {(5, None, "mlm", True, "docs/ensemble/results")}
+    assert {r.trainer.precision for r in runs} == {"32-true"}  # one key on any machine
     assert sorted({r.cv.fold for r in runs}) == [0, 1, 2, 3, 4]
     hydra = compose_sweep("ensemble", jobs[0], hydra_config=True).hydra
     assert hydra.sweep.dir == "outputs/sweeps/ensemble" and hydra.runtime.choices.ensemble_member
 
-    # Each fold's pretraining corpus: the training file less its held-out fold and every validation title.
+    # One corpus for every fold: the training file's titles, never a validation title.
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10, seed=0))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=10, seed=1))
     labelled, scored = read_labelled_file(train), read_labelled_file(validation)
     run = runs[0]
     sources = gather_sources(run, labelled, scored)
-    for _, held in stratified_folds(labelled.labels, run.cv.folds, run.cv.seed):
-        corpus = {normalised(t) for t in fold_corpus(run, sources, labelled, held).texts}
-        assert corpus and not corpus & {normalised(t) for t in scored.texts}
-        assert not corpus & {normalised(labelled.texts[i]) for i in held}
+    corpora = [
+        fold_corpus(run, sources, labelled, held)
+        for _, held in stratified_folds(labelled.labels, run.cv.folds, run.cv.seed)
+    ]
+    assert len({c.fingerprint for c in corpora}) == 1  # one pretraining per member
+    corpus = {normalised(t) for t in corpora[0].texts}
+    assert corpus and not corpus & {normalised(t) for t in scored.texts}
+    assert corpus <= {normalised(t) for t in labelled.texts}
