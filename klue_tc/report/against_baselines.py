@@ -1,7 +1,9 @@
 """Does any configuration beat the linear baselines? The configuration best by CV macro-F1 against
 each baseline, title by title on the same folds: on the validation titles, which chose nothing,
 and on the scored folds, whose scores chose it (there its lead is flattered by that choice, so
-only a deficit is evidence)."""
+only a deficit is evidence). A configuration pretrained with several seeds is one cell
+(klue_tc/report/replicates.py): ranked by the mean over its seeds, compared with every seed that has
+all its folds, the seeds drawn with replacement before the folds and titles."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Comparison:
     high: float
     confidence: float
     folds: int
+    seeds: int = 1  # the pretraining seeds read (a replicated cell's)
 
     @property
     def verdict(self) -> str:
@@ -42,50 +45,76 @@ class Comparison:
 
     def text(self) -> str:
         folds = "" if self.folds > 1 else "; 1 fold"
-        return f"{signed(self.difference)} ({signed(self.low)}..{signed(self.high)}{folds})"
+        seeds = f"; {self.seeds} seeds" if self.seeds > 1 else ""
+        return f"{signed(self.difference)} ({signed(self.low)}..{signed(self.high)}{folds}{seeds})"
 
 
-def _by_fold(records: Sequence[FoldResult], key: str) -> dict[int, FoldResult]:
-    return {r.fold: r for r in records if r.config_hash == key and r.predictions is not None}
+Seeds = dict[object, dict[int, FoldResult]]  # a cell's records: pretraining seed -> fold -> record
 
 
-def validation_comparison(best: dict[int, FoldResult], baseline: dict, confidence: float) -> Optional[Comparison]:
-    """On the validation titles: fold models and titles resampled, crossed, the same draws for both."""
-    predictions = {}
-    for fold, record in best.items():
-        titles = record.predictions.validation
-        theirs = baseline["predictions"].get(fold, {}).get("validation_predicted")
-        if titles is None or theirs is None:
-            continue
-        predictions[(BEST, fold)] = (titles.index, titles.label, titles.predicted)
-        predictions[(baseline["name"], fold)] = (titles.index, titles.label, np.asarray(theirs)[titles.index])
-    bootstrap = TitleBootstrap(predictions) if predictions else None
+def _whole_seeds(best: dict[int, FoldResult] | Seeds) -> Seeds:
+    """The cell's seeds that have every fold any of them has (a plain fold dict: one seed)."""
+    if best and all(isinstance(v, FoldResult) for v in best.values()):
+        best = {None: best}
+    folds = {f for part in best.values() for f in part}
+    return {seed: part for seed, part in best.items() if set(part) == folds}
+
+
+def validation_comparison(
+    best: dict[int, FoldResult] | Seeds, baseline: dict, confidence: float
+) -> Optional[Comparison]:
+    """On the validation titles: seeds, fold models and titles resampled, crossed, the same draws for both."""
+    predictions, replicates = {}, {}
+    seeds = _whole_seeds(best)
+    for seed, part in seeds.items():
+        column = BEST if len(seeds) == 1 else f"{BEST}:{seed}"
+        replicates[column] = (BEST, seed)
+        for fold, record in part.items():
+            titles = record.predictions.validation
+            theirs = baseline["predictions"].get(fold, {}).get("validation_predicted")
+            if titles is None or theirs is None:
+                continue
+            predictions[(column, fold)] = (titles.index, titles.label, titles.predicted)
+            predictions[(baseline["name"], fold)] = (titles.index, titles.label, np.asarray(theirs)[titles.index])
+    bootstrap = TitleBootstrap(predictions, replicates=replicates if len(seeds) > 1 else None) if predictions else None
     if bootstrap is None or set(bootstrap.configs) != {BEST, baseline["name"]}:
         return None
     weights = pd.Series({BEST: 1.0, baseline["name"]: -1.0})
     low, high = bootstrap.interval(weights, confidence)
     difference = float(bootstrap.point[BEST] - bootstrap.point[baseline["name"]])
-    return Comparison(baseline["name"], "validation_f1", difference, low, high, confidence, len(bootstrap.folds))
+    return Comparison(
+        baseline["name"], "validation_f1", difference, low, high, confidence, len(bootstrap.folds), len(seeds)
+    )
 
 
-def scored_comparison(best: dict[int, FoldResult], baseline: dict, confidence: float) -> Optional[Comparison]:
-    """On the scored folds' held-out titles: folds resampled, and the titles within each."""
-    folds = []
-    for fold, record in sorted(best.items()):
-        theirs = baseline["predictions"].get(fold, {})
-        if "scored_predicted" not in theirs:
-            continue
-        row = dict(zip(theirs["scored_index"], theirs["scored_predicted"]))
-        titles = record.predictions.scored
-        if set(row) != set(titles.index.tolist()):  # not the same held-out titles: no paired comparison
-            return None
-        folds.append((titles.label, titles.predicted, np.asarray([row[i] for i in titles.index])))
-    if not folds:
+def scored_comparison(best: dict[int, FoldResult] | Seeds, baseline: dict, confidence: float) -> Optional[Comparison]:
+    """On the scored folds' held-out titles: seeds resampled, then folds, then the titles within each."""
+    per_seed = []
+    for part in _whole_seeds(best).values():
+        folds = []
+        for fold, record in sorted(part.items()):
+            theirs = baseline["predictions"].get(fold, {})
+            if "scored_predicted" not in theirs:
+                continue
+            row = dict(zip(theirs["scored_index"], theirs["scored_predicted"]))
+            titles = record.predictions.scored
+            if set(row) != set(titles.index.tolist()):  # not the same held-out titles: no paired comparison
+                return None
+            folds.append((titles.label, titles.predicted, np.asarray([row[i] for i in titles.index])))
+        if folds:
+            per_seed.append((len(folds), *nested_difference(folds)))  # the same draws for every seed
+    if not per_seed:
         return None
-    difference, values = nested_difference(folds)
+    difference = float(np.mean([point for _, point, _ in per_seed]))
+    values = per_seed[0][2]
+    if len(per_seed) > 1:
+        drawn = np.random.default_rng([0, 1]).integers(0, len(per_seed), size=(len(values), len(per_seed)))
+        values = np.take_along_axis(np.stack([v for _, _, v in per_seed], axis=1), drawn, axis=1).mean(axis=1)
     tail = (1 - confidence) / 2
     low, high = np.quantile(values, [tail, 1 - tail])
-    return Comparison(baseline["name"], "f1", difference, float(low), float(high), confidence, len(folds))
+    return Comparison(
+        baseline["name"], "f1", difference, float(low), float(high), confidence, per_seed[0][0], len(per_seed)
+    )
 
 
 @dataclass(frozen=True)
@@ -109,11 +138,38 @@ def groups(records: Sequence[FoldResult]) -> list[tuple[str, list[FoldResult]]]:
     return [(named.get(p, f"pretrained: {p}"), [r for r in records if r.describe.pretrain == p]) for p in levels]
 
 
-def compare_best(records: Sequence[FoldResult], baselines: Sequence[dict]) -> list[Contender]:
+def ranked_cells(records: Sequence[FoldResult], cells: dict[str, tuple[str, object]]) -> pd.Series:
+    """Each cell's CV macro-F1, best first: the mean over its seeds of each one's fold mean."""
+    per_key = ranked_by_cv(records)
+    if not cells:
+        return per_key
+    cell_of = pd.Series({key: cells.get(key, (key,))[0] for key in per_key.index})
+    return per_key.groupby(cell_of).mean().sort_values(ascending=False, kind="stable")
+
+
+def cell_records(records: Sequence[FoldResult], cell: str, cells: dict[str, tuple[str, object]]) -> Seeds:
+    """A cell's records with per-title predictions, by seed and fold."""
+    found: Seeds = {}
+    for r in records:
+        if r.predictions is not None and cells.get(r.config_hash, (r.config_hash,))[0] == cell:
+            found.setdefault(cells.get(r.config_hash, (cell, None))[1], {})[r.fold] = r
+    return found
+
+
+def compare_best(
+    records: Sequence[FoldResult], baselines: Sequence[dict], folds: Optional[pd.DataFrame] = None
+) -> list[Contender]:
     """Per group, the configuration best by CV macro-F1 against every baseline that kept per-title
-    predictions; the intervals Bonferroni-corrected over the groups and baselines read together."""
+    predictions; the intervals Bonferroni-corrected over the groups and baselines read together.
+    `folds` (the report's fold frame) names the records the report reads and the seeds of each cell."""
+    from klue_tc.report.replicates import RECORD_KEY, cells_by_key
+
+    cells = cells_by_key(folds) if folds is not None else {}
+    if folds is not None and RECORD_KEY in folds:
+        read = set(folds[RECORD_KEY])  # a key that lost a conflict to another of its seed is not read
+        records = [r for r in records if r.config_hash in read]
     usable = [b for b in baselines if b.get("predictions")]
-    parts = [(among, ranked_by_cv(part).index[0], part) for among, part in groups(records) if part]
+    parts = [(among, ranked_cells(part, cells).index[0], part) for among, part in groups(records) if part]
     if not usable or not parts:
         return []
     labels = configurations(records)["label"]
@@ -121,7 +177,7 @@ def compare_best(records: Sequence[FoldResult], baselines: Sequence[dict]) -> li
     confidence = family_confidence(family) if family > 1 else CONFIDENCE
     found = []
     for among, key, part in parts:
-        best = _by_fold(part, key)
+        best = cell_records(part, key, cells)
         comparisons = [
             comparison
             for baseline in usable
@@ -149,11 +205,13 @@ def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
     )
 
 
-def against_baselines_section(records: Sequence[FoldResult], baselines: Sequence[dict]) -> Findings:
+def against_baselines_section(
+    records: Sequence[FoldResult], baselines: Sequence[dict], folds: Optional[pd.DataFrame] = None
+) -> Findings:
     from klue_tc.report.render import markdown_table
 
     lines = ["## Against the linear baselines", ""]
-    contenders = compare_best(records, baselines)
+    contenders = compare_best(records, baselines, folds)
     if not contenders:
         return Findings.left_out(
             "against the linear baselines", "the records or the baselines kept no per-title predictions"

@@ -39,7 +39,8 @@ SECTIONS: list[Section] = [
     ),
     Analysis("Linear baselines", lambda report: baselines_section(report.baselines, report.recipe)),
     Analysis(
-        "Against the linear baselines", lambda report: against_baselines_section(report.records, report.baselines)
+        "Against the linear baselines",
+        lambda report: against_baselines_section(report.records, report.baselines, report.folds),
     ),
     Analysis("Model sizes", lambda report: size_section(report.records, report.directory, report.baselines)),
     Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),
