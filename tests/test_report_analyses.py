@@ -610,3 +610,18 @@ def test_the_stall_rule_s_checks_and_restarts_are_tabled_per_configuration_and_i
     older = [replace(folds[0], pretrained=pretrained_from("e2", 60.0))]  # records of code before the rule
     assert "stall rule" not in "\n".join(pretraining_section(older).lines)
     assert pretraining_section(older).columns.empty
+
+
+def test_the_analyses_read_a_replicated_cell_as_one_configuration_and_skip_a_key_not_read():
+    """Per-class F1 and the class mix rank configurations: a cell pretrained with two seeds is one of
+    them (its seeds' folds together), and a key the tables do not read (it lost a conflict) is none."""
+    from klue_tc.report.replicates import RECORD_KEY, REPLICATE, by_cell
+
+    records = [record(key, fold, 0.7) for key in ("a42", "a43", "loser", "b") for fold in range(2)]
+    frame = pd.DataFrame(
+        [
+            {"config_hash": cell, RECORD_KEY: key, REPLICATE: seed}
+            for key, cell, seed in (("a42", "a42", 42.0), ("a43", "a42", 43.0), ("b", "b", np.nan))
+        ]
+    )
+    assert [r.config_hash for r in by_cell(records, frame)] == ["a42", "a42", "a42", "a42", "b", "b"]

@@ -45,8 +45,8 @@ SECTIONS: list[Section] = [
     Analysis("Model sizes", lambda report: size_section(report.records, report.directory, report.baselines)),
     Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),
     Analysis("Seconds per epoch", lambda report: speed_section(report.records)),
-    Analysis("Per class", lambda report: per_class_section(report.records, report.directory, report.baselines)),
-    Analysis("Class mix", lambda report: class_mix_section(report.records, report.recipe, report.baselines)),
+    Analysis("Per class", lambda report: per_class_section(report.cell_records, report.directory, report.baselines)),
+    Analysis("Class mix", lambda report: class_mix_section(report.cell_records, report.recipe, report.baselines)),
     Lines("Not in this report", not_in_this_report),
     Lines("Diverged folds", diverged_lines),
 ]

@@ -59,6 +59,14 @@ class Report:
     _found: dict[str, Findings] = field(default_factory=dict, repr=False)
 
     @property
+    def cell_records(self) -> list[FoldResult]:
+        """The records the tables read, each named by its cell: a configuration pretrained with
+        several seeds is one key, its seeds' folds together (klue_tc/report/replicates.py)."""
+        from klue_tc.report.replicates import by_cell
+
+        return by_cell(self.records, self.folds)
+
+    @property
     def reference(self) -> Optional[dict]:
         """The bar to clear: TF-IDF + SVM's scores on the same folds, where computed."""
         from klue_tc.report.render import BASELINE

@@ -11,8 +11,9 @@ names both in a line.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
-from typing import Optional
+from typing import Optional, Sequence
 
 import pandas as pd
 
@@ -103,6 +104,20 @@ def cells_by_key(frame: pd.DataFrame) -> dict[str, tuple[str, object]]:
     cells = set(rows["config_hash"])
     rows = frame[frame["config_hash"].isin(cells)].drop_duplicates(RECORD_KEY)
     return {r[RECORD_KEY]: (r["config_hash"], r[REPLICATE]) for r in rows.to_dict("records")}
+
+
+def by_cell(records: Sequence[FoldResult], frame: pd.DataFrame) -> list[FoldResult]:
+    """The records the fold frame reads (a key that lost a conflict is not), each named by its cell's
+    key: a replicated cell's seeds become one configuration of their folds together."""
+    if RECORD_KEY not in frame:
+        return list(records)
+    read = set(frame[RECORD_KEY])
+    cells = cells_by_key(frame)
+    return [
+        dataclasses.replace(r, config_hash=cells[r.config_hash][0]) if r.config_hash in cells else r
+        for r in records
+        if r.config_hash in read
+    ]
 
 
 def per_cell(values: dict[str, float], frame: pd.DataFrame) -> dict[str, float]:
