@@ -42,7 +42,7 @@ SECTIONS: list[Section] = [
         "Against the linear baselines",
         lambda report: against_baselines_section(report.records, report.baselines, report.folds),
     ),
-    Analysis("Model sizes", lambda report: size_section(report.records, report.directory, report.baselines)),
+    Analysis("Model sizes", lambda report: size_section(report.cell_records, report.directory, report.baselines)),
     Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),
     Analysis("Seconds per epoch", lambda report: speed_section(report.records)),
     Analysis("Per class", lambda report: per_class_section(report.cell_records, report.directory, report.baselines)),
