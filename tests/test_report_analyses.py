@@ -625,3 +625,24 @@ def test_the_analyses_read_a_replicated_cell_as_one_configuration_and_skip_a_key
         ]
     )
     assert [r.config_hash for r in by_cell(records, frame)] == ["a42", "a42", "a42", "a42", "b", "b"]
+
+
+def test_the_comparison_at_the_training_class_mix_weighs_each_validation_title_by_its_class():
+    """Weights of one are the validation titles as scored; a class mix that weighs only the classes
+    the best gets right (and the baseline gets wrong) puts it ahead where it was behind."""
+    from klue_tc.report.against_baselines import BEHIND, TRAIN_MIX, compare_best
+
+    records, baseline = two_fold_study(np.random.default_rng(0))
+    (plain,) = compare_best(records, [baseline])
+    (same,) = compare_best(records, [baseline], class_weights=np.ones(4))
+    on = {c.metric: c for c in same.comparisons}
+    assert set(on) == {"validation_f1", TRAIN_MIX, "f1"}
+    assert (on[TRAIN_MIX].difference, on[TRAIN_MIX].low) == pytest.approx(
+        (on["validation_f1"].difference, on["validation_f1"].low)
+    )
+    assert [c for c in plain.comparisons if c.metric == "validation_f1"] == [on["validation_f1"]]
+    assert on["validation_f1"].verdict == BEHIND
+    # All the weight on one class's titles: the difference is that of another class mix.
+    (skewed,) = compare_best(records, [baseline], class_weights=np.array([1.0, 0.0, 0.0, 0.0]))
+    moved = {c.metric: c for c in skewed.comparisons}[TRAIN_MIX]
+    assert moved.difference != pytest.approx(on["validation_f1"].difference)

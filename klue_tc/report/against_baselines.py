@@ -22,6 +22,12 @@ from klue_tc.store.records import FoldResult
 AHEAD, BEHIND, TIED = "ahead", "behind", "tied"
 WORDING = {AHEAD: "ahead of", BEHIND: "behind", TIED: "tied with"}  # "<verdict> <baseline>"
 BEST = "best"  # the best configuration's column in the bootstrap
+TRAIN_MIX = "validation_f1_train_mix"  # the validation titles weighted to the training titles' class mix
+COLUMNS = {
+    "validation_f1": "validation macro-F1",
+    TRAIN_MIX: "validation macro-F1 at the training titles' class mix",
+    "f1": "CV macro-F1 (flattered: the best of these scores)",
+}
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,13 @@ def _whole_seeds(best: dict[int, FoldResult] | Seeds) -> Seeds:
 
 
 def validation_comparison(
-    best: dict[int, FoldResult] | Seeds, baseline: dict, confidence: float
+    best: dict[int, FoldResult] | Seeds,
+    baseline: dict,
+    confidence: float,
+    class_weights: Optional[np.ndarray] = None,
 ) -> Optional[Comparison]:
-    """On the validation titles: seeds, fold models and titles resampled, crossed, the same draws for both."""
+    """On the validation titles: seeds, fold models and titles resampled, crossed, the same draws for
+    both; with `class_weights` (per class), each title weighs its class's (another class mix)."""
     predictions, replicates = {}, {}
     seeds = _whole_seeds(best)
     for seed, part in seeds.items():
@@ -76,15 +86,18 @@ def validation_comparison(
                 continue
             predictions[(column, fold)] = (titles.index, titles.label, titles.predicted)
             predictions[(baseline["name"], fold)] = (titles.index, titles.label, np.asarray(theirs)[titles.index])
-    bootstrap = TitleBootstrap(predictions, replicates=replicates if len(seeds) > 1 else None) if predictions else None
+    bootstrap = (
+        TitleBootstrap(predictions, replicates=replicates if len(seeds) > 1 else None, class_weights=class_weights)
+        if predictions
+        else None
+    )
     if bootstrap is None or set(bootstrap.configs) != {BEST, baseline["name"]}:
         return None
     weights = pd.Series({BEST: 1.0, baseline["name"]: -1.0})
     low, high = bootstrap.interval(weights, confidence)
     difference = float(bootstrap.point[BEST] - bootstrap.point[baseline["name"]])
-    return Comparison(
-        baseline["name"], "validation_f1", difference, low, high, confidence, len(bootstrap.folds), len(seeds)
-    )
+    metric = "validation_f1" if class_weights is None else TRAIN_MIX
+    return Comparison(baseline["name"], metric, difference, low, high, confidence, len(bootstrap.folds), len(seeds))
 
 
 def scored_comparison(best: dict[int, FoldResult] | Seeds, baseline: dict, confidence: float) -> Optional[Comparison]:
@@ -157,11 +170,15 @@ def cell_records(records: Sequence[FoldResult], cell: str, cells: dict[str, tupl
 
 
 def compare_best(
-    records: Sequence[FoldResult], baselines: Sequence[dict], folds: Optional[pd.DataFrame] = None
+    records: Sequence[FoldResult],
+    baselines: Sequence[dict],
+    folds: Optional[pd.DataFrame] = None,
+    class_weights: Optional[np.ndarray] = None,
 ) -> list[Contender]:
     """Per group, the configuration best by CV macro-F1 against every baseline that kept per-title
     predictions; the intervals Bonferroni-corrected over the groups and baselines read together.
-    `folds` (the report's fold frame) names the records the report reads and the seeds of each cell."""
+    `folds` (the report's fold frame) names the records the report reads and the seeds of each cell;
+    `class_weights` (p_train / p_val per class) adds the validation titles at the training titles' mix."""
     from klue_tc.report.replicates import RECORD_KEY, cells_by_key
 
     cells = cells_by_key(folds) if folds is not None else {}
@@ -181,20 +198,48 @@ def compare_best(
         comparisons = [
             comparison
             for baseline in usable
-            for compare in (validation_comparison, scored_comparison)
-            if (comparison := compare(best, baseline, confidence)) is not None
+            for comparison in (
+                validation_comparison(best, baseline, confidence),
+                validation_comparison(best, baseline, confidence, class_weights) if class_weights is not None else None,
+                scored_comparison(best, baseline, confidence),
+            )
+            if comparison is not None
         ]
         if comparisons:
             found.append(Contender(among, key, labels[key], tuple(comparisons)))
     return found
 
 
+def by_metric(contender: Contender, metric: str) -> list[Comparison]:
+    return [v for v in contender.comparisons if v.metric == metric]
+
+
+def training_mix_weights(recipe) -> Optional[np.ndarray]:
+    """p_train / p_val per class (klue_tc/report/class_mix.py), or None where the runs' titles cannot be read."""
+    from klue_tc.core.errors import KlueTcError
+    from klue_tc.report.class_mix import class_counts, importance_weights
+
+    if recipe is None:
+        return None
+    try:
+        _, train, validation = class_counts(recipe)
+    except (KlueTcError, OSError):
+        return None
+    return importance_weights(train, validation)
+
+
 def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
     """The verdicts' one line: each best configuration against each baseline on the validation titles."""
+
+    def said(comparisons: list[Comparison]) -> str:
+        return ", ".join(f"{WORDING[v.verdict]} {v.baseline} {v.text()}" for v in comparisons)
+
     each = [
-        f"{c.among}, {c.label}: " + ", ".join(f"{WORDING[v.verdict]} {v.baseline} {v.text()}" for v in on_validation)
+        f"{c.among}, {c.label}: "
+        + said(on_validation)
+        + (f"; at the training titles' class mix {said(mixed)}" if (mixed := by_metric(c, TRAIN_MIX)) else "")
         for c in contenders
-        if (on_validation := [v for v in c.comparisons if v.metric == "validation_f1"])
+        if (on_validation := by_metric(c, "validation_f1"))
     ]
     if not each:
         return None
@@ -206,12 +251,15 @@ def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
 
 
 def against_baselines_section(
-    records: Sequence[FoldResult], baselines: Sequence[dict], folds: Optional[pd.DataFrame] = None
+    records: Sequence[FoldResult],
+    baselines: Sequence[dict],
+    folds: Optional[pd.DataFrame] = None,
+    recipe=None,
 ) -> Findings:
     from klue_tc.report.render import markdown_table
 
     lines = ["## Against the linear baselines", ""]
-    contenders = compare_best(records, baselines, folds)
+    contenders = compare_best(records, baselines, folds, training_mix_weights(recipe))
     if not contenders:
         return Findings.left_out(
             "against the linear baselines", "the records or the baselines kept no per-title predictions"
@@ -222,13 +270,11 @@ def against_baselines_section(
     for contender in contenders:
         for name in dict.fromkeys(v.baseline for v in contender.comparisons):
             cell = {v.metric: f"**{v.text()}**: {v.verdict}" for v in contender.comparisons if v.baseline == name}
-            rows[f"{contender.label} − {name}"] = [
-                cell.get("validation_f1", "–"),
-                cell.get("f1", "–"),
-            ]
-    table = pd.DataFrame.from_dict(
-        rows, orient="index", columns=["validation macro-F1", "CV macro-F1 (flattered: the best of these scores)"]
-    )
+            rows[f"{contender.label} − {name}"] = [cell.get(metric, "–") for metric in COLUMNS]
+    mixed = any(v.metric == TRAIN_MIX for v in comparisons)
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS.values()))
+    if not mixed:
+        table = table.drop(columns=COLUMNS[TRAIN_MIX])
     family = (
         f"{len(contenders)} groups × {baselines_read} baselines"
         if len(contenders) > 1
@@ -243,7 +289,13 @@ def against_baselines_section(
         "titles resampled, crossed; on CV, the folds and each fold's held-out titles. The validation titles "
         "chose nothing and judge it; on CV it was chosen as the highest of these very scores, so a lead "
         "there is flattered and only a deficit is evidence. ahead / behind: the interval excludes zero; "
-        "tied: it does not.",
+        "tied: it does not."
+        + (
+            " At the training titles' class mix: the same validation titles, each weighing p_train / p_val of its "
+            "class (Class mix below), as if they came in the mix the models were trained and chosen on."
+            if mixed
+            else ""
+        ),
         "",
         *markdown_table(table, ["best by CV − baseline", *table.columns]),
         "",

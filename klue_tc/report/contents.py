@@ -40,7 +40,7 @@ SECTIONS: list[Section] = [
     Analysis("Linear baselines", lambda report: baselines_section(report.baselines, report.recipe)),
     Analysis(
         "Against the linear baselines",
-        lambda report: against_baselines_section(report.records, report.baselines, report.folds),
+        lambda report: against_baselines_section(report.records, report.baselines, report.folds, report.recipe),
     ),
     Analysis("Model sizes", lambda report: size_section(report.cell_records, report.directory, report.baselines)),
     Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),

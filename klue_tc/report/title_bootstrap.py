@@ -113,7 +113,8 @@ def for_metric(titles, metric: str) -> Optional[TitleBootstrap]:
 class TitleBootstrap:
     """Each configuration's fold-mean validation F1 on every crossed resample; a configuration
     pretrained with several seeds (`replicates`: record key -> (its cell's key, its seed)) is one
-    cell, whose seeds each resample draws with replacement before the folds and titles."""
+    cell, whose seeds each resample draws with replacement before the folds and titles.
+    `class_weights`: each title counts as its class's weight (macro-F1 at another class mix)."""
 
     def __init__(
         self,
@@ -121,6 +122,7 @@ class TitleBootstrap:
         resamples: int = RESAMPLES,
         seed: int = 0,
         replicates: Optional[dict[str, tuple[str, object]]] = None,
+        class_weights: Optional[np.ndarray] = None,
     ):
         replicates = replicates or {}
         by_config: dict[str, dict[int, tuple]] = {}
@@ -152,6 +154,14 @@ class TitleBootstrap:
             titles = {f: drawn for f in folds}
         else:
             titles = {f: title_draws(rng, len(labels[f]), resamples) for f in folds}
+        weight = {
+            f: np.ones(len(labels[f]), dtype=np.float32)
+            if class_weights is None
+            else np.asarray(class_weights, dtype=np.float32)[labels[f]]
+            for f in folds
+        }
+        if class_weights is not None:
+            titles = {f: titles[f] * weight[f] for f in folds}
         drawn_folds = rng.integers(0, len(folds), size=(resamples, len(folds)))  # (B, F) fold positions
         seeds_rng = np.random.default_rng([seed, 1])  # its own stream: without replicates nothing moves
         values, point = {}, {}
@@ -162,7 +172,7 @@ class TitleBootstrap:
                     [resampled_f1(labels[f], complete[config][f][2], titles[f], classes) for f in folds], axis=1
                 )  # (B, F)
                 per_seed.append(np.take_along_axis(per_fold, drawn_folds, axis=1).mean(axis=1))
-                every = [np.ones((1, len(labels[f])), dtype=np.float32) for f in folds]
+                every = [weight[f][None, :] for f in folds]
                 seed_points.append(
                     float(
                         np.mean(
