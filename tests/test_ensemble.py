@@ -73,6 +73,28 @@ DESIGNS = {"aaaaaa000000": ("cnn", 1.6), "bbbbbb000000": ("transformer", 1.5), "
 # --- calibration and selection -------------------------------------------------------------------
 
 
+def test_paired_titles_at_another_class_mix_score_the_weighted_confusion_matrix():
+    from sklearn.metrics import confusion_matrix
+
+    from klue_tc.ensemble.scoring import PairedTitles
+    from klue_tc.report.class_mix import weighted_macro_f1
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, NUM_CLASSES, 500)
+    predicted = np.where(rng.random(500) < 0.7, labels, rng.integers(0, NUM_CLASSES, 500))
+    weights = rng.uniform(0.2, 3.0, NUM_CLASSES)
+    plain, ones = (
+        PairedTitles(labels, NUM_CLASSES),
+        PairedTitles(labels, NUM_CLASSES, class_weights=np.ones(NUM_CLASSES)),
+    )
+    assert plain.f1(predicted) == pytest.approx(ones.f1(predicted))
+    assert plain.interval(predicted) == pytest.approx(ones.interval(predicted))
+    mixed = PairedTitles(labels, NUM_CLASSES, class_weights=weights)
+    matrix = confusion_matrix(labels, predicted, labels=range(NUM_CLASSES))
+    assert mixed.f1(predicted) == pytest.approx(weighted_macro_f1(matrix, weights), abs=1e-5)
+    assert mixed.f1(predicted) != pytest.approx(plain.f1(predicted), abs=1e-3)
+
+
 def test_the_temperature_of_least_log_loss_is_found():
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 3, (4000, NUM_CLASSES))
@@ -193,6 +215,9 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
     assert ensemble_row["validation_f1_low"] <= ensemble_row["validation_f1"] <= ensemble_row["validation_f1_high"]
     markdown = (sweep / "ensemble.md").read_text(encoding="utf-8")
     assert "## Against its best member and the linear baselines" in markdown
+    # Each comparison again at the training titles' class mix.
+    by_mix = comparisons.groupby("class_mix")["versus"].apply(set)
+    assert by_mix["training"] == by_mix["validation"] and "At the training titles' class mix" in markdown
     assert "Caruana" in markdown and "## Every candidate's fold ensemble" in markdown
     # The baselines' fold models and probabilities are kept, and read again, not fitted again.
     kept = sweep / "baselines" / "tfidf-svm"

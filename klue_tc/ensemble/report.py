@@ -39,6 +39,7 @@ CSV_COLUMNS = [
     "difference",
     "difference_low",
     "difference_high",
+    "class_mix",  # a comparison's: the validation titles as they come, or weighted to the training titles' mix
 ]
 METRIC_WORDS = {F1: "macro-F1", "log_loss": "log-loss"}
 
@@ -93,15 +94,20 @@ def csv_frame(ensemble: Ensemble) -> pd.DataFrame:
                 "validation_f1_high": student.high,
             }
         )
-    for difference in [*(scored.differences if scored else []), *([student.versus] if student else [])]:
+    compared = [
+        (d, "validation") for d in [*(scored.differences if scored else []), *([student.versus] if student else [])]
+    ]
+    compared += [(d, "training") for d in (scored.train_mix_differences if scored else [])]
+    for difference, mix in compared:
         rows.append(
             {
                 "role": "comparison",
-                "name": f"ensemble - {difference.versus}",
+                "name": f"ensemble - {difference.versus}" + (" (training class mix)" if mix == "training" else ""),
                 "versus": difference.versus,
                 "difference": difference.difference,
                 "difference_low": difference.low,
                 "difference_high": difference.high,
+                "class_mix": mix,
             }
         )
     return pd.DataFrame(rows, columns=CSV_COLUMNS).astype({"folds": "Int64"})
@@ -169,6 +175,21 @@ def markdown(ensemble: Ensemble, command: str) -> str:
             ["ensemble minus", "its validation macro-F1", "difference", "interval", "verdict"],
         )
         lines.append("")
+        if scored.train_mix_differences:
+            lines += [
+                f"At the training titles' class mix (each validation title weighing p_train / p_val of its class, "
+                f"as if the titles came in the mix the members were trained and chosen on): the ensemble "
+                f"{f3(scored.train_mix_f1)}, the same paired intervals.",
+                "",
+            ]
+            lines += table(
+                [
+                    [d.versus, signed(d.difference), f"{d.low:+.4f}..{d.high:+.4f}", d.verdict]
+                    for d in scored.train_mix_differences
+                ],
+                ["ensemble minus, at the training mix", "difference", "interval", "verdict"],
+            )
+            lines.append("")
     lines += ["## Every candidate's fold ensemble", ""]
     lines += table(
         [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -28,13 +29,24 @@ class Difference:
 
 
 class PairedTitles:
-    """Every side scored on the same resamples of the validation titles."""
+    """Every side scored on the same resamples of the validation titles; with `class_weights` (per
+    class), each title weighs its class's, as if the titles came in another class mix."""
 
-    def __init__(self, labels: np.ndarray, classes: int, resamples: int = RESAMPLES, seed: int = 0):
+    def __init__(
+        self,
+        labels: np.ndarray,
+        classes: int,
+        resamples: int = RESAMPLES,
+        seed: int = 0,
+        class_weights: Optional[np.ndarray] = None,
+    ):
         self.labels = np.asarray(labels, dtype=np.int64)
         self.classes = classes
-        self.draws = title_draws(np.random.default_rng(seed), len(labels), resamples)
-        self.every = np.ones((1, len(labels)), dtype=np.float32)
+        weights = np.ones(len(labels), dtype=np.float32)
+        if class_weights is not None:
+            weights = np.asarray(class_weights, dtype=np.float32)[self.labels]
+        self.draws = title_draws(np.random.default_rng(seed), len(labels), resamples) * weights
+        self.every = weights[None, :]
 
     def f1(self, predicted: np.ndarray) -> float:
         return float(resampled_f1(self.labels, predicted, self.every, self.classes)[0])

@@ -52,6 +52,9 @@ class ValidationScores:
     high: float
     members: dict[str, float]  # each member's fold ensemble
     differences: list[Difference]  # the ensemble minus its best member and each baseline
+    # The same at the training titles' class mix: each validation title weighs p_train / p_val of its class.
+    train_mix_f1: Optional[float] = None
+    train_mix_differences: list[Difference] = field(default_factory=list)
 
 
 @dataclass
@@ -156,21 +159,36 @@ def library(directory: Path, baselines: bool, models: bool) -> tuple[list[Member
 
 
 def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScores]:
+    from klue_tc.report.class_mix import importance_weights
+
     labels = ensemble.titles.validation_labels
     probs = ensemble.validation_probs()
     if labels is None or probs is None:
         return None
-    paired = PairedTitles(labels, probs.shape[1])
+    classes = probs.shape[1]
+    paired = PairedTitles(labels, classes)
     predicted = probs.argmax(1)
     sides = {m.key: m.fold_ensemble() for m in ensemble.members}
     scores = {key: paired.f1(p.argmax(1)) for key, p in sides.items() if p is not None}
     best = ensemble.best_member
     against = [best] + [m for m in ensemble.members if m.kind == LINEAR and m is not best]
-    differences = [
-        paired.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against if sides[m.key] is not None
-    ]
+    against = [m for m in against if sides[m.key] is not None]
+    differences = [paired.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against]
     low, high = paired.interval(predicted)
-    return ValidationScores(source, paired.f1(predicted), low, high, scores, differences)
+    mix = importance_weights(
+        np.bincount(ensemble.titles.labels, minlength=classes), np.bincount(labels, minlength=classes)
+    )
+    mixed = PairedTitles(labels, classes, class_weights=mix)
+    return ValidationScores(
+        source,
+        paired.f1(predicted),
+        low,
+        high,
+        scores,
+        differences,
+        mixed.f1(predicted),
+        [mixed.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against],
+    )
 
 
 def build_ensemble(
