@@ -526,6 +526,10 @@ def test_the_pretrained_encoders_section_says_what_they_read_and_cost():
     assert "| mecab / transformer / post | 10 |" in text  # 600 s on CPU A; the 4-layer one untimed
     leaked = [replace(folds[0], pretrained=pretrained_from("e2", 600.0, include_scored=True))]
     assert "1 of 1 read corpora that include the scored titles" in "\n".join(pretraining_section(leaked).lines)
+    held_out = [replace(folds[0], pretrained={**pretrained_from("e2", 600.0), "include_held_out_titles": True})]
+    assert "1 of 1 read their folds' held-out training titles as unlabelled text" in "\n".join(
+        pretraining_section(held_out).lines
+    )
     assert pretraining_section([record("scratch", 0)]).lines == []
 
 
