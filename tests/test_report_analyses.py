@@ -650,3 +650,32 @@ def test_the_comparison_at_the_training_class_mix_weighs_each_validation_title_b
     (skewed,) = compare_best(records, [baseline], class_weights=np.array([1.0, 0.0, 0.0, 0.0]))
     moved = {c.metric: c for c in skewed.comparisons}[TRAIN_MIX]
     assert moved.difference != pytest.approx(on["validation_f1"].difference)
+
+
+def test_a_cell_trained_again_agrees_within_its_folds_noise_and_is_matched_by_what_it_is(tmp_path):
+    """Matched by configuration and pretraining seed, not by key (other code keys it otherwise); the
+    tolerance is max(0.01, 2 x the reference's fold std); a cell the reference lacks is a line."""
+    from klue_tc.report.cli import main
+    from klue_tc.report.recheck import recheck
+    from klue_tc.store.results import ResultsStore
+
+    committed = [record("old-key", k, f1) for k, f1 in enumerate((0.70, 0.74, 0.72))]  # std 0.02: tolerance 0.04
+    close = [record("new-key", 0, 0.73), record("new-key", 1, 0.77)]  # +0.03 on folds 0 and 1
+    (agreement,) = [a for a in recheck(close, committed)[0] if a.metric == "f1"]
+    assert agreement.folds == (0, 1) and agreement.agrees
+    assert agreement.difference == pytest.approx(0.03) and agreement.tolerance == pytest.approx(0.04)
+    far = [record("new-key", 0, 0.65)]
+    assert not [a for a in recheck(far, committed)[0] if a.metric == "f1"][0].agrees
+    other = Describe("transformer", "transformer", "pre", 2, "cls", "mecab")
+    agreements, unmatched = recheck([record("x", 0, describe=other)], committed)
+    assert agreements == [] and unmatched == [
+        "mecab / transformer / pre / cls / L2 / none: no record of its folds [0] in the reference"
+    ]
+
+    # The command: DIR/recheck.md, exit 1 where a cell differs.
+    for name, records in (("rerun", far), ("reference", committed)):
+        store = ResultsStore(tmp_path / name / "results")
+        for r in records:
+            store.put(r.config_hash, r.fold, r)
+    assert main([str(tmp_path / "rerun"), "--against", str(tmp_path / "reference")]) == 1
+    assert "| **no** |" in (tmp_path / "rerun" / "recheck.md").read_text(encoding="utf-8")

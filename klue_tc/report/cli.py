@@ -3,6 +3,7 @@
 python -m klue_tc.report outputs/sweeps/study [--wandb]
 python -m klue_tc.report docs/study              # the committed study, from its records alone
 python -m klue_tc.report DIR --migrate-sizes     # once: older records' model sizes written into them
+python -m klue_tc.report DIR --against docs/study-pretrain/results   # cells trained again, against the records
 """
 
 from __future__ import annotations
@@ -44,10 +45,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="write into the records below DIR that lack their model size the size built again from their "
         "config.yaml (once, so that the report builds no model), then stop",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="a reference store (say docs/study-pretrain/results): write DIR/recheck.md, each cell of DIR "
+        "against the same configuration there, then stop (exit 1 where one differs)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if args.migrate_sizes:
         return migrate_sizes(args.directory)
+    if args.against is not None:
+        return recheck_against(args.directory, args.against)
     from klue_tc.report.write import write_report
 
     try:
@@ -65,6 +74,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     written = [name for name in REPORT_FILES if (args.directory / name).is_file()]
     print(f"report: {args.directory / 'report.md'} ({', '.join(written)} and the plots beside it)")
     return 0
+
+
+def recheck_against(directory: Path, reference: Path) -> int:
+    from klue_tc.report.loading import fold_records
+    from klue_tc.report.recheck import recheck, recheck_markdown
+
+    rerun, committed = fold_records(directory), fold_records(reference)
+    if not rerun or not committed:
+        empty = directory if not rerun else reference
+        print(f"error: {empty}: no finished fold record below it", file=sys.stderr)
+        return USER_ERROR_EXIT
+    agreements, unmatched = recheck(rerun, committed)
+    text = recheck_markdown(agreements, unmatched, directory, reference)
+    (directory / "recheck.md").write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0 if agreements and all(a.agrees for a in agreements) else 1
 
 
 def migrate_sizes(directory: Path) -> int:
