@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from klue_tc.core.config import RunConfig, keyed_settings
 from klue_tc.core.hardware import Device
@@ -17,8 +17,12 @@ from klue_tc.store.fingerprint import SAME_NUMBERS_AS, code_version
 from klue_tc.store.records import CodeVersion
 from klue_tc.tokenizers.cache import tokenizer_key
 
-if TYPE_CHECKING:  # types only
-    from klue_tc.pretraining.pretrain import PretrainedStore
+
+class EncoderStore(Protocol):
+    """Where pretrained encoders are kept (klue_tc.pretraining.pretrain.PretrainedStore)."""
+
+    def find(self, key: str) -> Optional[object]: ...
+
 
 # How the corpus was chosen is not keyed: the corpus's fingerprint is, so folds whose corpora hold
 # the same titles share one encoder whichever setting chose them.
@@ -55,7 +59,7 @@ def pretrained_key(run: RunConfig, device: Device, corpus: Corpus, tokenizer_ide
     return pretrained_keys(run, device, corpus, tokenizer_identity)[0]
 
 
-def stored_key(store: PretrainedStore, keys: list[str]) -> str:
+def stored_key(store: EncoderStore, keys: list[str]) -> str:
     """The key to pretrain under or find: an earlier code version's (keys[1:]) where the store holds
     its encoder, else this code's (keys[0])."""
     return next((key for key in keys[1:] if store.find(key) is not None), keys[0])
