@@ -480,6 +480,7 @@ def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pret
         for r in runs
     } == {(5, None, "mlm", True, "docs/ensemble/results")}
     assert {r.trainer.precision for r in runs} == {"32-true"}  # one key on any machine
+    assert {r.pretrain.stall.max_restarts for r in runs} == {2}  # the stall rule, declared before any job
     assert sorted({r.cv.fold for r in runs}) == [0, 1, 2, 3, 4]
     hydra = compose_sweep("ensemble", jobs[0], hydra_config=True).hydra
     assert hydra.sweep.dir == "outputs/sweeps/ensemble" and hydra.runtime.choices.ensemble_member
