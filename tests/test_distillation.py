@@ -207,3 +207,34 @@ def test_the_distill_sweep_trains_the_recommended_design_once_on_all_of_train_fr
         0.5,
     )
     assert not run.results.dir.startswith("docs/ensemble/")  # never read as one of the ensemble's members
+
+
+def test_the_student_starts_from_the_ensemble_members_encoder_of_its_design(tmp_path):
+    """The distill sweep's one job reads the corpus the ensemble's member of its design pretrained on
+    (all of train less the validation titles) from that sweep's store, with the same key: it finds
+    that encoder instead of pretraining its own."""
+    from test_sweeps import sweep_jobs
+
+    from conftest import make_headlines
+    from klue_tc.core.config import validate
+    from klue_tc.core.hardware import Device
+    from klue_tc.data.corpus import PretrainSources, fold_corpus
+    from klue_tc.data.titles import LabelledTitles
+    from klue_tc.jobs.sweeps import compose_sweep
+    from klue_tc.pretraining.encoder_keys import pretrained_key
+
+    student = validate(compose_sweep("distill", sweep_jobs("distill")[0]))
+    member = next(
+        validate(compose_sweep("ensemble", job))
+        for job in sweep_jobs("ensemble")
+        if "+ensemble_member=transformer_sentencepiece" in job and "cv.fold=0" in job
+    )
+    assert student.pretrain.store_dir(tmp_path) == member.pretrain.store_dir(tmp_path)
+    rows = [text for _, text in make_headlines(per_class=5)]
+    titles = LabelledTitles(rows, np.arange(len(rows)) % 7, "train")
+    sources = PretrainSources(rows, [], rows[:3])  # three titles also in the validation file
+    device = Device(gpu=False, precision="32-true", name="cpu")
+    held_out = np.arange(0, len(rows), 5)
+    member_corpus = fold_corpus(member, sources, titles, held_out)
+    student_corpus = fold_corpus(student, sources, titles, np.array([], dtype=np.int64))
+    assert pretrained_key(student, device, student_corpus, None) == pretrained_key(member, device, member_corpus, None)
