@@ -219,6 +219,7 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
     by_mix = comparisons.groupby("class_mix")["versus"].apply(set)
     assert by_mix["training"] == by_mix["validation"] and "At the training titles' class mix" in markdown
     assert "Caruana" in markdown and "## Every candidate's fold ensemble" in markdown
+    assert (sweep / "ensemble.png").stat().st_size > 0 and "ensemble.png" in markdown
     # The baselines' fold models and probabilities are kept, and read again, not fitted again.
     kept = sweep / "baselines" / "tfidf-svm"
     assert sorted(p.name for p in kept.iterdir()) == [

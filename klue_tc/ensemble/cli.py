@@ -107,7 +107,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"note: {note}")
     print(summary_line(ensemble))
     print(
-        f"ensemble: {files[0]} ({files[1].name} beside it)"
+        f"ensemble: {files[0]} ({', '.join(f.name for f in files[1:])} beside it)"
         + (f"; serve it: python -m klue_tc.predict {artefact} TITLE" if artefact else "")
     )
     if soft_labels is not None:

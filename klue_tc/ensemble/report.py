@@ -207,6 +207,8 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         ],
     )
     lines += ["", "The fold ensemble averages the fold models' calibrated probabilities (votes where none were kept)."]
+    if scored:
+        lines += ["", "ensemble.png draws this table: each candidate's fold ensemble beside the ensemble, by weight."]
     if ensemble.notes:
         lines += ["", "## Notes", "", *(f"- {note}" for note in ensemble.notes)]
     return "\n".join(lines) + "\n"
@@ -252,10 +254,13 @@ def gain(row: dict) -> str:
 
 
 def write_files(ensemble: Ensemble, command: str) -> list[Path]:
+    from klue_tc.ensemble.plot import PLOT_FILE, plot_ensemble
+
     directory = ensemble.directory
     (directory / "ensemble.md").write_text(markdown(ensemble, command), encoding="utf-8")
     csv_frame(ensemble).to_csv(directory / "ensemble.csv", index=False)
-    return [directory / "ensemble.md", directory / "ensemble.csv"]
+    plot = plot_ensemble(ensemble, directory / PLOT_FILE)
+    return [directory / "ensemble.md", directory / "ensemble.csv", *([plot] if plot else [])]
 
 
 def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]) -> None:
@@ -277,6 +282,9 @@ def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]
             summary |= {f"ensemble/minus {d.versus}": d.difference for d in ensemble.validation.differences}
         if ensemble.student is not None:
             summary["ensemble/student_validation_f1"] = ensemble.student.f1
+        plot = directory / "ensemble.png"
+        if plot.is_file():
+            summary["ensemble/plot"] = wandb.Image(str(plot))
         run.log(
             {
                 "ensemble_members": wandb.Table(dataframe=for_wandb(frame[frame["role"] != "comparison"])),
