@@ -679,3 +679,30 @@ def test_a_cell_trained_again_agrees_within_its_folds_noise_and_is_matched_by_wh
             store.put(r.config_hash, r.fold, r)
     assert main([str(tmp_path / "rerun"), "--against", str(tmp_path / "reference")]) == 1
     assert "| **no** |" in (tmp_path / "rerun" / "recheck.md").read_text(encoding="utf-8")
+
+
+def test_the_report_places_the_ensemble_stage_s_numbers_and_weights(tmp_path):
+    """Where the ensemble stage wrote ensemble.csv beside the records, report.md has its score and
+    gains at both class mixes, and report.csv each configuration's weight; without it, one line."""
+    from klue_tc.report.ensemble_summary import ensemble_section
+
+    assert ensemble_section(tmp_path).absent.startswith("the ensemble: no ensemble.csv here")
+    pd.DataFrame(
+        [
+            {"role": "candidate", "name": "a", "kind": "neural", "key": "k1", "weight": 0.6},
+            {"role": "candidate", "name": "b", "kind": "neural", "key": "k2", "weight": 0.0},
+            {"role": "candidate", "name": "NB-SVM", "kind": "linear", "key": "nb-svm", "weight": 0.4},
+            {"role": "ensemble", "name": "ensemble", "validation_f1": 0.81, "validation_f1_low": 0.8,
+             "validation_f1_high": 0.82},
+            {"role": "comparison", "versus": "NB-SVM", "difference": 0.05, "difference_low": 0.04,
+             "difference_high": 0.06, "class_mix": "validation"},
+            {"role": "comparison", "versus": "NB-SVM", "difference": 0.02, "difference_low": 0.01,
+             "difference_high": 0.03, "class_mix": "training"},
+        ]
+    ).to_csv(tmp_path / "ensemble.csv", index=False)  # fmt: skip
+    found = ensemble_section(tmp_path)
+    text = "\n".join(found.lines)
+    assert "**0.8100** (0.8000..0.8200), 2 members chosen: a 0.60, NB-SVM 0.40." in text
+    assert "| NB-SVM | +0.050 (+0.040..+0.060) | +0.020 (+0.010..+0.030) |" in text
+    assert found.columns["ensemble_weight"].to_dict() == {"k1": 0.6, "k2": 0.0}
+    assert found.verdict.endswith("0.8100 on the validation titles, +0.050 over NB-SVM (The ensemble below)")

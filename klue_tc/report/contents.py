@@ -17,6 +17,7 @@ from klue_tc.report.core_sections.missing import missing_lines
 from klue_tc.report.core_sections.not_in_report import not_in_this_report
 from klue_tc.report.core_sections.plots import plots_line
 from klue_tc.report.core_sections.verdicts import verdicts_section
+from klue_tc.report.ensemble_summary import ensemble_section
 from klue_tc.report.per_class import per_class_section
 from klue_tc.report.pretrained import pretraining_section
 from klue_tc.report.render import METRICS
@@ -42,6 +43,7 @@ SECTIONS: list[Section] = [
         "Against the linear baselines",
         lambda report: against_baselines_section(report.records, report.baselines, report.folds, report.recipe),
     ),
+    Analysis("The ensemble", lambda report: ensemble_section(report.directory)),
     Analysis("Model sizes", lambda report: size_section(report.cell_records, report.directory, report.baselines)),
     Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),
     Analysis("Seconds per epoch", lambda report: speed_section(report.records)),
