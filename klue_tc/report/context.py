@@ -3,6 +3,7 @@ effects, verdicts, baselines, recipe ...), and the Section protocol a section ke
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence
@@ -58,7 +59,7 @@ class Report:
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _found: dict[str, Findings] = field(default_factory=dict, repr=False)
 
-    @property
+    @functools.cached_property
     def cell_records(self) -> list[FoldResult]:
         """The records the tables read, each named by its cell: a configuration pretrained with
         several seeds is one key, its seeds' folds together (klue_tc/report/replicates.py)."""
