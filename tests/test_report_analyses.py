@@ -447,25 +447,16 @@ def test_a_cell_pretrained_with_two_seeds_is_compared_as_one_with_its_whole_seed
     import dataclasses
 
     from klue_tc.report.against_baselines import compare_best
-    from klue_tc.report.replicates import RECORD_KEY, REPLICATE
 
     records, baseline = two_fold_study(np.random.default_rng(0))
-    second = [dataclasses.replace(r, config_hash="cv-best-43") for r in records if r.config_hash == "cv-best"]
-    frame = pd.DataFrame(
-        [
-            {"config_hash": "cv-best" if r.config_hash.startswith("cv-best") else r.config_hash,
-             RECORD_KEY: r.config_hash, REPLICATE: 43.0 if r.config_hash == "cv-best-43" else 42.0, "fold": r.fold}
-            for r in [*records, *second]
-        ]
-    )  # fmt: skip
-    (contender,) = compare_best([*records, *second], [baseline], frame)
+    records = [dataclasses.replace(r, pretrained={"seed": 42}) if r.config_hash == "cv-best" else r for r in records]
+    second = [dataclasses.replace(r, pretrained={"seed": 43}) for r in records if r.config_hash == "cv-best"]
+    (contender,) = compare_best([*records, *second], [baseline])
     assert contender.key == "cv-best" and {(c.folds, c.seeds) for c in contender.comparisons} == {(2, 2)}
     assert "2 seeds" in contender.comparisons[0].text()
 
     lucky = dataclasses.replace(second[0], f1=0.99)  # seed 43 has fold 0 alone
-    (contender,) = compare_best(
-        [*records, lucky], [baseline], frame[frame["fold"].eq(0) | frame[RECORD_KEY].ne("cv-best-43")]
-    )
+    (contender,) = compare_best([*records, lucky], [baseline])
     assert contender.key == "cv-best" and {(c.folds, c.seeds) for c in contender.comparisons} == {(2, 1)}
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
-from klue_tc.report.sections import Findings, configurations, ranked_by_cv
+from klue_tc.report.replicates import pretraining_seed
+from klue_tc.report.sections import Findings, configurations
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
 from klue_tc.store.records import FoldResult
 
@@ -151,42 +152,40 @@ def groups(records: Sequence[FoldResult]) -> list[tuple[str, list[FoldResult]]]:
     return [(named.get(p, f"pretrained: {p}"), [r for r in records if r.describe.pretrain == p]) for p in levels]
 
 
-def ranked_cells(records: Sequence[FoldResult], cells: dict[str, tuple[str, object]]) -> pd.Series:
+def ranked_cells(records: Sequence[FoldResult]) -> pd.Series:
     """Each cell's CV macro-F1, best first: the mean over its seeds of each one's fold mean."""
-    per_key = ranked_by_cv(records)
-    if not cells:
-        return per_key
-    cell_of = pd.Series({key: cells.get(key, (key,))[0] for key in per_key.index})
-    return per_key.groupby(cell_of).mean().sort_values(ascending=False, kind="stable")
+    frame = pd.DataFrame(
+        {
+            "config_hash": [r.config_hash for r in records],
+            "seed": [pretraining_seed(r) if pretraining_seed(r) is not None else -1 for r in records],
+            "f1": [r.f1 for r in records],
+        }
+    )
+    per_seed = frame.groupby(["config_hash", "seed"])["f1"].mean()
+    return per_seed.groupby(level="config_hash").mean().sort_values(ascending=False, kind="stable")
 
 
-def cell_records(records: Sequence[FoldResult], cell: str, cells: dict[str, tuple[str, object]]) -> Seeds:
-    """A cell's records with per-title predictions, by seed and fold."""
+def cell_records(records: Sequence[FoldResult], cell: str) -> Seeds:
+    """A cell's records with per-title predictions, by pretraining seed and fold."""
     found: Seeds = {}
     for r in records:
-        if r.predictions is not None and cells.get(r.config_hash, (r.config_hash,))[0] == cell:
-            found.setdefault(cells.get(r.config_hash, (cell, None))[1], {})[r.fold] = r
+        if r.predictions is not None and r.config_hash == cell:
+            found.setdefault(pretraining_seed(r), {})[r.fold] = r
     return found
 
 
 def compare_best(
     records: Sequence[FoldResult],
     baselines: Sequence[dict],
-    folds: Optional[pd.DataFrame] = None,
     class_weights: Optional[np.ndarray] = None,
 ) -> list[Contender]:
     """Per group, the configuration best by CV macro-F1 against every baseline that kept per-title
     predictions; the intervals Bonferroni-corrected over the groups and baselines read together.
-    `folds` (the report's fold frame) names the records the report reads and the seeds of each cell;
-    `class_weights` (p_train / p_val per class) adds the validation titles at the training titles' mix."""
-    from klue_tc.report.replicates import RECORD_KEY, cells_by_key
-
-    cells = cells_by_key(folds) if folds is not None else {}
-    if folds is not None and RECORD_KEY in folds:
-        read = set(folds[RECORD_KEY])  # a key that lost a conflict to another of its seed is not read
-        records = [r for r in records if r.config_hash in read]
+    `records` are read by cell (klue_tc.report.replicates.by_cell: a replicated configuration's
+    seeds under one key, each record still naming its seed); `class_weights` (p_train / p_val per
+    class) adds the validation titles at the training titles' mix."""
     usable = [b for b in baselines if b.get("predictions")]
-    parts = [(among, ranked_cells(part, cells).index[0], part) for among, part in groups(records) if part]
+    parts = [(among, ranked_cells(part).index[0], part) for among, part in groups(records) if part]
     if not usable or not parts:
         return []
     labels = configurations(records)["label"]
@@ -194,7 +193,7 @@ def compare_best(
     confidence = family_confidence(family) if family > 1 else CONFIDENCE
     found = []
     for among, key, part in parts:
-        best = cell_records(part, key, cells)
+        best = cell_records(part, key)
         comparisons = [
             comparison
             for baseline in usable
@@ -253,13 +252,13 @@ def verdict_line(contenders: Sequence[Contender]) -> Optional[str]:
 def against_baselines_section(
     records: Sequence[FoldResult],
     baselines: Sequence[dict],
-    folds: Optional[pd.DataFrame] = None,
     recipe=None,
 ) -> Findings:
+    """`records` read by cell, as `compare_best` takes them."""
     from klue_tc.report.render import markdown_table
 
     lines = ["## Against the linear baselines", ""]
-    contenders = compare_best(records, baselines, folds, training_mix_weights(recipe))
+    contenders = compare_best(records, baselines, training_mix_weights(recipe))
     if not contenders:
         return Findings.left_out(
             "against the linear baselines", "the records or the baselines kept no per-title predictions"

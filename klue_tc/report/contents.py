@@ -41,7 +41,7 @@ SECTIONS: list[Section] = [
     Analysis("Linear baselines", lambda report: baselines_section(report.baselines, report.recipe)),
     Analysis(
         "Against the linear baselines",
-        lambda report: against_baselines_section(report.records, report.baselines, report.folds, report.recipe),
+        lambda report: against_baselines_section(report.cell_records, report.baselines, report.recipe),
     ),
     Analysis("The ensemble", lambda report: ensemble_section(report.directory)),
     Analysis("Model sizes", lambda report: size_section(report.cell_records, report.directory, report.baselines)),

@@ -21,6 +21,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from klue_tc.core.config import ExclusionConfig, ReportConfig
+from klue_tc.report.labels import configuration_label
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +138,6 @@ def none_excluded(folds: pd.DataFrame) -> Exclusion:
     return Exclusion(folds)
 
 
-def _label(row: pd.Series) -> str:
-    parts = [row.get("tokenizer"), row["encoder"], row["ln"], f"L{row['layers']}", row.get("pretrain")]
-    return " / ".join(str(p) for p in parts if p is not None)
-
-
 def apply_exclusions(folds: pd.DataFrame, declared: Declared) -> Exclusion:
     """The folds the comparisons read under the declared rules; where the rules would leave out every
     configuration, none is left out (the questions then say that nothing learnt)."""
@@ -158,7 +154,10 @@ def apply_exclusions(folds: pd.DataFrame, declared: Declared) -> Exclusion:
             folds, note=f"the declared exclusion rules ({declared.text()}) name every configuration: none left out"
         )
     rows = folds[folds["config_hash"].isin(list(named))].groupby("config_hash", sort=False)
-    labels = [f"{_label(part.iloc[0])} ({part['f1'].mean():.3f}): {', '.join(named[key])}" for key, part in rows]
+    labels = [
+        f"{configuration_label(part.iloc[0].to_dict())} ({part['f1'].mean():.3f}): {', '.join(named[key])}"
+        for key, part in rows
+    ]
     return Exclusion(
         folds[~folds["config_hash"].isin(list(named))],
         sorted(labels),

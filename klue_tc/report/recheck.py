@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from klue_tc.report.labels import configuration_label
 from klue_tc.report.replicates import pretraining_seed
 from klue_tc.store.records import Describe, FoldResult
 
@@ -55,10 +56,7 @@ def cells(records: Sequence[FoldResult]) -> dict[str, dict[int, FoldResult]]:
 
 
 def label_of(describe: Describe, seed: Optional[int]) -> str:
-    parts = [describe.tokenizer, describe.encoder, describe.ln, describe.head, f"L{describe.layers}", describe.pretrain]
-    if describe.experiment != describe.encoder:
-        parts.insert(0, describe.experiment)
-    return " / ".join(str(p) for p in parts) + (f" (pretraining seed {seed})" if seed is not None else "")
+    return configuration_label(describe, exact=True) + (f" (pretraining seed {seed})" if seed is not None else "")
 
 
 def recheck(rerun: Sequence[FoldResult], reference: Sequence[FoldResult]) -> tuple[list[Agreement], list[str]]:

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from klue_tc.report.labels import configuration_label
 from klue_tc.store.records import FROM_SCRATCH, Describe, FoldResult
 
 REPLICATE = "replicate"  # the fold frame's column: the pretraining seed (NaN: from scratch)
@@ -60,8 +61,9 @@ def grouped(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             kept.append(read)
             if others:
                 left_out.update(others)
+                name = configuration_label(dict(zip(describe, values)))
                 conflicts.append(
-                    f"{describe_text(dict(zip(describe, values)))}, pretraining seed {int(seed)}: keys {read} and "
+                    f"{name}, pretraining seed {int(seed)}: keys {read} and "
                     f"{', '.join(others)} are one configuration pretrained alike; the report reads {read} "
                     "(most folds, then first by key) and leaves the other out"
                 )
@@ -70,11 +72,6 @@ def grouped(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     frame = frame[~frame["config_hash"].isin(left_out)]
     frame = frame.assign(config_hash=frame["config_hash"].map(lambda k: cell_of.get(k, k)))
     return frame, conflicts
-
-
-def describe_text(describe: dict) -> str:
-    parts = [describe.get("tokenizer"), describe.get("encoder"), describe.get("ln"), f"L{describe.get('layers')}"]
-    return " / ".join(str(p) for p in [*parts, describe.get("pretrain")] if p is not None)
 
 
 def is_replicated(frame: pd.DataFrame) -> bool:
@@ -168,7 +165,7 @@ def spread_lines(frame: pd.DataFrame, conflicts: list[str]) -> list[str]:
         for key, means in per_seed.groupby(level="config_hash", sort=False):
             values = means.droplevel("config_hash")
             per = ", ".join(f"{int(s)}: {v:.4f}" for s, v in values.items())
-            name = describe_text(first.loc[key].to_dict())
+            name = configuration_label(first.loc[key].to_dict())
             lines.append(f"| {name} | {len(values)} | {per} | {values.max() - values.min():.4f} |")
         lines.append("")
     if conflicts:
