@@ -464,3 +464,24 @@ def test_the_ensemble_sweep_runs_resumes_and_its_records_make_a_servable_ensembl
     done = subprocess.run(served, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[0])["title"] == "코스피 상승 마감"
+
+
+def test_a_configuration_pretrained_with_two_seeds_is_two_members_named_by_their_seeds():
+    """The ensemble's tables name each seed's fold models by the seed, not by a key's first letters;
+    two records of one configuration and no seed to tell them apart keep the key."""
+    import dataclasses
+
+    from klue_tc.ensemble.members import configuration_names
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, NUM_CLASSES, size=70)
+    base = configuration_records("a1b2c3d4", "cnn", labels, labels[:10], 0.5, rng, folds=2)
+    seeded = [
+        dataclasses.replace(r, config_hash=key, pretrained={"seed": seed})
+        for key, seed in (("aaaaaa11", 42), ("bbbbbb22", 43))
+        for r in base
+    ]
+    names = configuration_names(seeded)
+    assert names["aaaaaa11"].endswith(", pretraining seed 42") and names["bbbbbb22"].endswith(", pretraining seed 43")
+    unseeded = configuration_names([*base, *(dataclasses.replace(r, config_hash="ffffff99") for r in base)])
+    assert unseeded["a1b2c3d4"].endswith("(a1b2c3)") and unseeded["ffffff99"].endswith("(ffffff)")

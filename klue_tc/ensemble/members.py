@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 
 from klue_tc.ensemble.calibration import logits_of, tempered
 from klue_tc.store.records import FoldResult, TitlePredictions
@@ -114,12 +115,22 @@ def member_from_folds(
 
 
 def configuration_names(records: Sequence[FoldResult]) -> dict[str, str]:
-    """Each configuration's label as the report names it, its key's start added where two share one."""
+    """Each configuration's label as the report names it; where two share one, the pretraining seed
+    that tells them apart (a replicated cell's seeds are members of their own), else the key's start."""
+    from klue_tc.report.replicates import pretraining_seed
     from klue_tc.report.sections import configurations
 
     labels = configurations(records)["label"]
+    seeds = {r.config_hash: pretraining_seed(r) for r in records}
+    named = {
+        key: label if seeds[key] is None else f"{label}, pretraining seed {seeds[key]}" for key, label in labels.items()
+    }
     shared = labels[labels.duplicated(keep=False)]
-    return {key: f"{label} ({key[:6]})" if key in shared.index else label for key, label in labels.items()}
+    told_apart = pd.Series({key: named[key] for key in shared.index}).duplicated(keep=False)
+    return {
+        key: label if key not in shared.index else f"{label} ({key[:6]})" if told_apart[key] else named[key]
+        for key, label in labels.items()
+    }
 
 
 def classes_of(records: Sequence[FoldResult]) -> int:

@@ -129,8 +129,8 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         "",
         f"Written by `{command}`.",
         "",
-        f"{len(members)} candidate members ({len(members) - linear} configurations whose fold models score every "
-        f"training title once, {baselines}), on "
+        f"{len(members)} candidate members ({len(members) - linear} configurations, one per pretraining seed, whose "
+        f"fold models score every training title once, {baselines}), on "
         f"{len(ensemble.titles.labels):,} training titles out of fold"
         + (f" and {len(ensemble.titles.validation_labels):,} validation titles ({scored.source})." if scored else "."),
         f"Each member's temperature minimises its out-of-fold log-loss; greedy forward selection with "
