@@ -15,7 +15,7 @@ from klue_tc.core.config import register_schemas
 from klue_tc.core.errors import KlueTcError, exit_with
 from klue_tc.core.files import disk_full_error, is_disk_full
 from klue_tc.jobs import cli_errors
-from klue_tc.jobs.distributed import is_other_rank, run_other_rank
+from klue_tc.jobs.distributed import is_other_rank
 
 # Optuna's import sets up alembic's plugins, each announced at INFO: seven lines of no use to a search.
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -84,6 +84,8 @@ def remove_empty_parents(folder: Path, below: Path) -> None:
 if __name__ == "__main__":
     try:
         if is_other_rank():  # started by Lightning for a multi-device fit: no Hydra, no run of its own
+            from klue_tc.jobs.run import run_other_rank
+
             sys.exit(run_other_rank())
         sys.argv[1:] = cli_errors.quote_non_ascii_values(sys.argv[1:])
         main()

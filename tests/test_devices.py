@@ -44,7 +44,7 @@ def test_the_other_ranks_train_rank_0s_folds_through_rank_0s_fold_pipeline(
     monkeypatch.setattr(distributed, "TOKENIZER_WAIT_S", 1.0)  # a rank of its own fold loop fails, not hangs
     trained = []
     monkeypatch.setattr(run, "train_and_store", lambda job, k, *args: trained.append((k, job)))
-    assert distributed.run_other_rank() == 0
+    assert run.run_other_rank() == 0
     assert [k for k, _ in trained] == [2, 0]  # rank 0's folds, in its order, each through train_and_store
     job = trained[0][1]
     assert job.key == "k0" and (job.sources is not None) == (pretrain == "mlm")

@@ -4,7 +4,6 @@ student's validation score placed beside the ensemble's, on the same titles."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -13,11 +12,8 @@ import numpy as np
 from klue_tc.core.errors import KlueTcError
 from klue_tc.data.soft_labels import SOFT_LABELS_FILE, SoftLabels
 from klue_tc.ensemble.members import as_probs
-from klue_tc.ensemble.scoring import Difference, PairedTitles
+from klue_tc.ensemble.scoring import PairedTitles, StudentScore
 from klue_tc.ensemble.stage import Ensemble
-
-# The target of a distilled student: at most this many macro-F1 points below the ensemble.
-WITHIN_POINTS = 1.0
 
 
 def write_soft_labels(ensemble: Ensemble, path: Optional[Path] = None) -> tuple[Optional[Path], Optional[str]]:
@@ -37,21 +33,6 @@ def write_soft_labels(ensemble: Ensemble, path: Optional[Path] = None) -> tuple[
         return None, "no soft labels: the runs' config.yaml names other titles than the records were scored on"
     target = path or ensemble.directory / SOFT_LABELS_FILE
     return SoftLabels(list(data.texts), ensemble.oof_probs(), tuple(data.label_names)).save(target), None
-
-
-@dataclass(frozen=True)
-class StudentScore:
-    """The distilled student on the ensemble's validation titles."""
-
-    source: str  # its run directory
-    f1: float
-    low: float
-    high: float
-    versus: Difference  # the ensemble minus the student
-
-    @property
-    def within_target(self) -> bool:
-        return self.versus.difference <= WITHIN_POINTS / 100
 
 
 def student_score(ensemble: Ensemble, run_dir: Path) -> StudentScore:

@@ -24,6 +24,7 @@ import numpy as np
 from klue_tc.core.files import atomic_write, atomic_write_json
 from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.members import LINEAR, Member, Titles
+from klue_tc.ensemble.serving import decision_scores, linear_fold_probs
 from klue_tc.store.records import FoldPredictions, TitlePredictions
 from klue_tc.training.baseline import BASELINES, LinearBaseline, fit_choosing_c, runs_titles
 
@@ -40,22 +41,6 @@ class LinearFold:
     temperature: float  # of the softmax over its decision scores, chosen on the inner split
     inner_f1: Optional[float]
     model: Path  # its fitted pipeline (joblib)
-
-
-# The score of a class the model never saw in training: no probability left for it after the softmax.
-UNSEEN_CLASS_SCORE = -1e4
-
-
-def decision_scores(model: Any, texts: Sequence[str], classes: Optional[int] = None) -> np.ndarray:
-    """(titles, classes) scores; a two-class model's one margin as a pair whose softmax is its
-    sigmoid. With `classes`, a column for every class id below it (those its titles lacked score low)."""
-    scores = np.asarray(model.decision_function(list(texts)), dtype=np.float64)
-    scores = np.column_stack([-scores / 2, scores / 2]) if scores.ndim == 1 else scores
-    if classes is None:
-        return scores
-    full = np.full((len(scores), classes), UNSEEN_CLASS_SCORE)
-    full[:, np.asarray(model.classes_, dtype=int)] = scores
-    return full
 
 
 def store_key(baseline: LinearBaseline, recipe: Any, data: Any) -> dict:
@@ -172,8 +157,6 @@ class LinearStore:
         self, folds: Sequence[LinearFold], predictions: Sequence[FoldPredictions], validation: Any
     ) -> None:
         """Each fold model on the validation titles, kept beside its scored fold's predictions."""
-        from klue_tc.ensemble.serving import linear_fold_probs
-
         for fold, part in zip(folds, predictions):
             part.validation = None
             if validation is not None:

@@ -216,7 +216,7 @@ def markdown(ensemble: Ensemble, command: str) -> str:
 
 def student_lines(ensemble: Ensemble) -> list[str]:
     """The distilled student beside the ensemble, on the same validation titles."""
-    from klue_tc.ensemble.distillation import WITHIN_POINTS
+    from klue_tc.ensemble.scoring import WITHIN_POINTS
 
     student = ensemble.student
     if student is None:

@@ -1,6 +1,6 @@
-"""The ensemble on the validation titles against what it must beat, title by title: the same
-bootstrap draws of the titles for both sides (paired), the percentile interval of the difference
-in macro-F1 (klue_tc/report/title_bootstrap.py's resampling)."""
+"""The ensemble on the validation titles against what it must beat, and a distilled student against
+the ensemble, title by title: the same bootstrap draws of the titles for both sides (paired), the
+percentile interval of the difference in macro-F1 (klue_tc/report/title_bootstrap.py's resampling)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,22 @@ class PairedTitles:
 
 def signed(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:+.4f}"
+
+
+# The target of a distilled student: at most this many macro-F1 points below the ensemble.
+WITHIN_POINTS = 1.0
+
+
+@dataclass(frozen=True)
+class StudentScore:
+    """The distilled student on the ensemble's validation titles."""
+
+    source: str  # its run directory
+    f1: float
+    low: float
+    high: float
+    versus: Difference  # the ensemble minus the student
+
+    @property
+    def within_target(self) -> bool:
+        return self.versus.difference <= WITHIN_POINTS / 100

@@ -5,11 +5,27 @@ its decision scores at its fold's temperature)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from klue_tc.core.config import EVAL_BATCH_SIZE
+from klue_tc.ensemble.calibration import tempered
+
+# The score of a class the model never saw in training: no probability left for it after the softmax.
+UNSEEN_CLASS_SCORE = -1e4
+
+
+def decision_scores(model: Any, texts: Sequence[str], classes: Optional[int] = None) -> np.ndarray:
+    """(titles, classes) scores; a two-class model's one margin as a pair whose softmax is its
+    sigmoid. With `classes`, a column for every class id below it (those its titles lacked score low)."""
+    scores = np.asarray(model.decision_function(list(texts)), dtype=np.float64)
+    scores = np.column_stack([-scores / 2, scores / 2]) if scores.ndim == 1 else scores
+    if classes is None:
+        return scores
+    full = np.full((len(scores), classes), UNSEEN_CLASS_SCORE)
+    full[:, np.asarray(model.classes_, dtype=int)] = scores
+    return full
 
 
 def neural_fold_probs(
@@ -26,9 +42,6 @@ def neural_fold_probs(
 
 def linear_fold_probs(model: Path, temperature: float, texts: Sequence[str], classes: int) -> np.ndarray:
     import joblib
-
-    from klue_tc.ensemble.calibration import tempered
-    from klue_tc.ensemble.linear import decision_scores
 
     return tempered(decision_scores(joblib.load(model), texts, classes), temperature)
 

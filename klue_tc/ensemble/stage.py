@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -17,12 +17,9 @@ from klue_tc.core.errors import KlueTcError
 from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.ensemble.calibration import fit_temperature, logits_of
 from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
-from klue_tc.ensemble.scoring import Difference, PairedTitles
+from klue_tc.ensemble.scoring import Difference, PairedTitles, StudentScore
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
 from klue_tc.store.records import FoldResult
-
-if TYPE_CHECKING:
-    from klue_tc.ensemble.distillation import StudentScore
 
 log = logging.getLogger(__name__)
 

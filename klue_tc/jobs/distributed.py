@@ -78,30 +78,3 @@ def wait_for_pretrained(store, key: str, fold: int):
         time.sleep(PRETRAINED_POLL_S)
     log.info("fold %d starts from the pretrained encoder %s", fold, found.key)
     return found
-
-
-def run_other_rank() -> int:
-    """Train rank 0's folds as one more rank of each fit, through the fold pipeline rank 0 runs
-    (klue_tc.jobs.run.train_planned_folds); nothing is written but the cache."""
-    from klue_tc.core.config import validate
-    from klue_tc.data.corpus import gather_sources
-    from klue_tc.jobs.folds import job_folds
-    from klue_tc.jobs.job_setup import resolve_job
-    from klue_tc.jobs.preflight import check_inputs
-    from klue_tc.jobs.progress import quiet_libraries
-    from klue_tc.jobs.run import train_planned_folds
-    from klue_tc.store.results import ResultsStore
-    from klue_tc.tokenizers import TokenizerCache
-    from klue_tc.training.job_context import FirstStepClock
-
-    logging.basicConfig(level=logging.WARNING, format=f"rank {os.environ['LOCAL_RANK']}: %(levelname)s: %(message)s")
-    log.setLevel(logging.INFO)  # this module's few lines say what the rank trains from
-    plan = json.loads(os.environ[PLAN_ENV])
-    run, run_dir, results_root = validate(plan["config"]), Path(plan["run_dir"]), Path(plan["results_root"])
-    inputs = check_inputs(run, run_dir, results_root)
-    quiet_libraries()
-    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.active else None
-    store = ResultsStore(results_root)
-    job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), sources, key=plan["key"])
-    train_planned_folds(job, plan["folds"], job_folds(run, inputs), TokenizerCache(run.data.cache_dir))
-    return 0

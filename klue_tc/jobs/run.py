@@ -7,7 +7,9 @@ check the inputs -> resolve the job's context -> look up finished folds -> train
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
@@ -23,6 +25,7 @@ from klue_tc.core.files import atomic_write_text, link_or_copy, link_or_copy_tre
 from klue_tc.core.redaction import redact, redact_files, redact_logs
 from klue_tc.data.corpus import gather_sources
 from klue_tc.data.titles import LABEL_NAMES
+from klue_tc.jobs import distributed
 from klue_tc.jobs.distributed import is_other_rank, plan_for_other_ranks, wait_for_pretrained, wait_for_tokenizer
 from klue_tc.jobs.folds import FoldTitles, job_folds, prepare, require_scored_titles
 from klue_tc.jobs.job_setup import resolve_job, results_root
@@ -181,6 +184,25 @@ def train_planned_folds(
             raise interrupts.JobInterrupted(interrupts.requested(), f"after fold {k} was finished and recorded")
         job.clock.restart()  # the next fold's time to first step starts here
     return trained
+
+
+def run_other_rank() -> int:
+    """Train rank 0's folds as one more rank of each fit, through the fold pipeline rank 0 runs
+    (train_planned_folds, below); nothing is written but the cache."""
+    from klue_tc.jobs.progress import quiet_libraries
+    from klue_tc.tokenizers import TokenizerCache
+
+    logging.basicConfig(level=logging.WARNING, format=f"rank {os.environ['LOCAL_RANK']}: %(levelname)s: %(message)s")
+    distributed.log.setLevel(logging.INFO)  # its few lines say what the rank trains from
+    plan = json.loads(os.environ[distributed.PLAN_ENV])
+    run, run_dir, root = validate(plan["config"]), Path(plan["run_dir"]), Path(plan["results_root"])
+    inputs = check_inputs(run, run_dir, root)
+    quiet_libraries()
+    sources = gather_sources(run, inputs.train, inputs.validation) if run.pretrain.active else None
+    store = ResultsStore(root)
+    job = resolve_job(run, plan["config"], run_dir, inputs, store, FirstStepClock(), sources, key=plan["key"])
+    train_planned_folds(job, plan["folds"], job_folds(run, inputs), TokenizerCache(run.data.cache_dir))
+    return 0
 
 
 def claim_folds(job: JobContext, folds: list[int], held: contextlib.ExitStack) -> dict[int, FoldResult]:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
+from klue_tc.report.markdown import markdown_table
 from klue_tc.report.replicates import pretraining_seed
 from klue_tc.report.sections import Findings, configurations
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
@@ -255,7 +256,6 @@ def against_baselines_section(
     recipe=None,
 ) -> Findings:
     """`records` read by cell, as `compare_best` takes them."""
-    from klue_tc.report.render import markdown_table
 
     lines = ["## Against the linear baselines", ""]
     contenders = compare_best(records, baselines, training_mix_weights(recipe))

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from klue_tc.report.loading import Recipe
+from klue_tc.report.markdown import markdown_table
 from klue_tc.report.sections import Findings
 
 
@@ -24,7 +25,6 @@ def linear_baselines(recipe: Optional[Recipe], directory: Path) -> list[dict]:
 
 
 def baselines_section(baselines: Sequence[dict], recipe: Optional[Recipe]) -> Findings:
-    from klue_tc.report.render import markdown_table
 
     lines = ["## Linear baselines", ""]
     if not baselines:

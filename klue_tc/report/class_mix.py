@@ -18,6 +18,7 @@ import pandas as pd
 
 from klue_tc.core.errors import KlueTcError
 from klue_tc.report.loading import Recipe
+from klue_tc.report.markdown import markdown_table
 from klue_tc.report.per_class import validation_matrices
 from klue_tc.report.sections import Findings, configurations, ranked_by_cv
 from klue_tc.store.records import FoldResult
@@ -89,7 +90,6 @@ def reweighted_scores(records: Sequence[FoldResult], class_weights: np.ndarray) 
 def class_mix_section(
     records: Sequence[FoldResult], recipe: Optional[Recipe], baselines: Sequence[dict] = ()
 ) -> Findings:
-    from klue_tc.report.render import markdown_table
 
     lines = ["## Class mix: training titles against the validation file", ""]
     if recipe is None:

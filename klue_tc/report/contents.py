@@ -18,9 +18,9 @@ from klue_tc.report.core_sections.not_in_report import not_in_this_report
 from klue_tc.report.core_sections.plots import plots_line
 from klue_tc.report.core_sections.verdicts import verdicts_section
 from klue_tc.report.ensemble_summary import ensemble_section
+from klue_tc.report.markdown import METRICS
 from klue_tc.report.per_class import per_class_section
 from klue_tc.report.pretrained import pretraining_section
-from klue_tc.report.render import METRICS
 from klue_tc.report.replicates import spread_lines
 from klue_tc.report.sizes import size_section
 from klue_tc.report.speed import speed_section

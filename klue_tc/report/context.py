@@ -13,6 +13,7 @@ import pandas as pd
 from klue_tc.report.claims import Claim
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.loading import Recipe
+from klue_tc.report.markdown import BASELINE
 from klue_tc.report.sections import Findings
 from klue_tc.report.summary import SharedCells
 from klue_tc.store.records import FoldResult
@@ -56,6 +57,7 @@ class Report:
     baselines: Sequence[dict] = ()  # the linear baselines' scores, the reference (TF-IDF + SVM) first
     records: Sequence[FoldResult] = ()  # the fold records themselves (the further analyses read them)
     command: Optional[str] = None  # the command line that writes the report again
+    contents: Sequence[Section] = ()  # its parts in order (klue_tc/report/contents.py's SECTIONS)
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _found: dict[str, Findings] = field(default_factory=dict, repr=False)
 
@@ -70,7 +72,6 @@ class Report:
     @property
     def reference(self) -> Optional[dict]:
         """The bar to clear: TF-IDF + SVM's scores on the same folds, where computed."""
-        from klue_tc.report.render import BASELINE
 
         return next((b for b in self.baselines if b["name"] == BASELINE), None)
 
@@ -88,9 +89,7 @@ class Report:
 
     def findings(self) -> list[Findings]:
         """Every further analysis' findings, in the report's order."""
-        from klue_tc.report.contents import SECTIONS
-
-        return [self.findings_of(s) for s in SECTIONS if isinstance(s, Analysis)]
+        return [self.findings_of(s) for s in self.contents if isinstance(s, Analysis)]
 
 
 class Section(Protocol):

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from klue_tc.core.figures import save_figure
+from klue_tc.report.markdown import markdown_table
 from klue_tc.report.sections import Findings, configurations, ranked_by_cv
 from klue_tc.store.records import FoldResult
 
@@ -62,7 +63,6 @@ def class_table(
 
 
 def per_class_section(records: Sequence[FoldResult], directory: Path, baselines: Sequence[dict] = ()) -> Findings:
-    from klue_tc.report.render import markdown_table
 
     names = label_names(records)
     lines = ["## The best configurations class by class", ""]

@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
+from klue_tc.report.markdown import markdown_table
 from klue_tc.store.records import FoldResult
 
 DESIGN = ["tokenizer", "encoder", "ln", "head", "layers", "pretrain"]
@@ -74,7 +75,6 @@ def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], cell: Callable
 
 def layer_table(table: pd.DataFrame) -> list[str]:
     """A by_design table as Markdown: the configuration, then a column per layer count."""
-    from klue_tc.report.render import markdown_table  # render reads the sections: imported late
 
     return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
 

@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from klue_tc.core.errors import KlueTcError
 from klue_tc.core.figures import save_figure
+from klue_tc.report.markdown import markdown_table
 from klue_tc.report.sections import Findings, configuration_scores, configurations
 from klue_tc.store.records import FoldResult, ModelSize
 
@@ -176,7 +177,6 @@ def millions(value: float) -> str:
 def size_table(sizes: pd.DataFrame, designs: pd.DataFrame) -> list[str]:
     """Rows: the configuration without its layer count; columns: layers; cells: non-embedding
     parameters (M) / FLOPs per title (M)."""
-    from klue_tc.report.render import markdown_table
 
     frame = designs.join(sizes, how="inner")
     frame["cell"] = [

@@ -10,14 +10,16 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
+from klue_tc.report import contents
 from klue_tc.report.context import Effects, Report, Verdicts
 from klue_tc.report.core_sections.metric_tables import f1_tables
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
 from klue_tc.report.grid_model import Grid
 from klue_tc.report.interactions import interactions
 from klue_tc.report.loading import ensemble_scores, fold_frame, fold_records, optuna_best, run_recipe
+from klue_tc.report.markdown import METRICS
 from klue_tc.report.output import write_csv, write_text
-from klue_tc.report.render import METRICS, print_tables, to_markdown
+from klue_tc.report.render import print_tables, to_markdown
 from klue_tc.report.replicates import RECORD_KEY, cells_by_key, is_replicated, per_cell
 from klue_tc.report.sections import Findings
 from klue_tc.report.settings import refuse_mixed_settings
@@ -311,6 +313,7 @@ def write_report(
         baselines,
         records,
         report_command(directory, baseline, beside),
+        contents.SECTIONS,
     )
     for row in folds.attrs.get("diverged", []):
         log.warning("diverged, left out of the table: %s fold %d: %s", row["config_hash"], row["fold"], row["diverged"])

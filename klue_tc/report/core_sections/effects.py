@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from klue_tc.report.context import Effects, Report
-from klue_tc.report.render import METRICS, interval_text, markdown_table
+from klue_tc.report.markdown import METRICS, interval_text, markdown_table
 
 
 def effects_section(report: Report) -> list[str]:

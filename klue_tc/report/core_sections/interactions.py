@@ -6,7 +6,7 @@ import pandas as pd
 
 from klue_tc.report.context import Report
 from klue_tc.report.interactions import verdicts as interaction_verdicts
-from klue_tc.report.render import METRICS, interval_text, markdown_table
+from klue_tc.report.markdown import METRICS, interval_text, markdown_table
 
 
 def interactions_section(report: Report) -> list[str]:

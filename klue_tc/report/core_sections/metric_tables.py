@@ -10,7 +10,7 @@ import pandas as pd
 
 from klue_tc.report.context import Report
 from klue_tc.report.grid_model import Grid
-from klue_tc.report.render import BASELINE, METRICS, markdown_table
+from klue_tc.report.markdown import BASELINE, METRICS, markdown_table
 
 
 def metric_section(report: Report, metric: str) -> list[str]:

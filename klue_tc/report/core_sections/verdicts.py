@@ -9,7 +9,7 @@ import pandas as pd
 
 from klue_tc.report.claims import Claim
 from klue_tc.report.context import Report, Verdicts
-from klue_tc.report.render import METRICS
+from klue_tc.report.markdown import METRICS
 
 
 def verdicts_section(report: Report) -> list[str]:
