@@ -17,3 +17,6 @@ YNAT_TRAIN_TITLES = 45_678
 # fine-tuning on the notebook's data path, seed_reference, the main job's time to first step, and
 # an ensemble's folder served against a single model.
 RUNS = ("klue_tc", "pretrain", "notebook", "reference", "overhead", "ensemble")
+# The ensemble's serving run: each member as the ensemble sweep's 5 fold models, trained 2 steps.
+ENSEMBLE_FOLDS = 5
+ENSEMBLE_TRAIN_STEPS = 2

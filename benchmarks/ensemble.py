@@ -3,7 +3,7 @@ ensemble's folder (klue_tc/ensemble/artefact.py) and on one fold model, on the s
 
 The folder is the one the ensemble sweep's stage writes (sweeps/ensemble.yaml): each of its member
 designs (sweeps/ensemble_member/: encoder, size, tokenizer and head as the sweep composes them) as
-`FOLDS` fold models, and the two linear baselines with theirs. Their weights are trained for a couple
+`ENSEMBLE_FOLDS` fold models, and the two linear baselines with theirs. Their weights are trained for a couple
 of steps only, without pretraining: what a title costs to serve does not depend on them. Both timings
 include reading the models, as a `predict` command does; each member's share is timed on its own too."""
 
@@ -17,11 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from benchmarks.constants import REPO_ROOT
+from benchmarks.constants import ENSEMBLE_FOLDS, ENSEMBLE_TRAIN_STEPS, REPO_ROOT
 
 SWEEP = "ensemble"  # sweeps/ensemble.yaml: the members the benchmark serves by default
-FOLDS = 5  # the ensemble sweep's folds: each member serves as many fold models
-TRAIN_STEPS = 2
 
 
 def sweep_members(repo: Path = REPO_ROOT) -> list[str]:
@@ -39,7 +37,7 @@ def member_names(repo: Path = REPO_ROOT) -> list[str]:
 
 
 def compose_member(member: str, spec: dict, repo: Path = REPO_ROOT):
-    """The RunConfig of the ensemble sweep's job for `member`, trained TRAIN_STEPS steps, not pretrained,
+    """The RunConfig of the ensemble sweep's job for `member`, trained ENSEMBLE_TRAIN_STEPS steps, not pretrained,
     with the benchmark's data, batch, cache and device (and its --override values last)."""
     from klue_tc.core.config import validate
     from klue_tc.jobs.sweeps import compose_sweep
@@ -51,7 +49,7 @@ def compose_member(member: str, spec: dict, repo: Path = REPO_ROOT):
         f"data.batch_size={spec['batch_size']}",
         f"data.cache_dir={spec['cache_dir']}",
         "trainer.max_epochs=1",
-        f"trainer.limit_train_batches={TRAIN_STEPS}",
+        f"trainer.limit_train_batches={ENSEMBLE_TRAIN_STEPS}",
         f"trainer.accelerator={'gpu' if spec['gpu'] else 'cpu'}",
         "trainer.devices=1",
         "trainer.progress_bar=none",
@@ -62,7 +60,7 @@ def compose_member(member: str, spec: dict, repo: Path = REPO_ROOT):
 
 
 def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray, work: Path) -> Path:
-    """The folder: each record as a member of FOLDS fold models, the linear baselines beside them,
+    """The folder: each record as a member of ENSEMBLE_FOLDS fold models, the linear baselines beside them,
     every member weighted alike."""
     import joblib
 
@@ -75,13 +73,14 @@ def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray
 
     members = [Member(name, name, NEURAL, np.zeros((1, 1)), None) for name in names]
     for member, record in zip(members, records):
-        member.folds = [replace(record, fold=k) for k in range(FOLDS)]
+        member.folds = [replace(record, fold=k) for k in range(ENSEMBLE_FOLDS)]
     texts, labels = [data.texts[i] for i in train_rows], data.labels[train_rows]
     for baseline in BASELINES:
         model = baseline.pipeline().fit(texts, labels)
         joblib.dump(model, work / f"{baseline.short_name}.joblib")
         folds = [
-            LinearFold(k, baseline.default_c, 1.0, None, work / f"{baseline.short_name}.joblib") for k in range(FOLDS)
+            LinearFold(k, baseline.default_c, 1.0, None, work / f"{baseline.short_name}.joblib")
+            for k in range(ENSEMBLE_FOLDS)
         ]
         members.append(Member(baseline.short_name, baseline.name, LINEAR, np.zeros((1, 1)), None, folds=folds))
     selection = Selection((1,) * len(members), tuple(range(len(members))), (float("nan"),), (float("nan"),), 1)
@@ -135,45 +134,3 @@ def serving_speeds(
         "slowdown": ensemble_s / single_s,
         "per_member": per_member,
     }
-
-
-def ensemble_lines(result: dict) -> list[str]:
-    """The report's section (Markdown)."""
-    from benchmarks.render import fmt, markdown_table
-
-    if not result:
-        return []
-    rows = [
-        [
-            f"one fold model ({result.get('single_model', 'the first member')})",
-            "1",
-            fmt(result["single_titles_per_s"]),
-            "1.00x",
-        ],
-        [
-            f"ensemble: {result['members']} members x {FOLDS} folds",
-            str(result["fold_models"]),
-            fmt(result["ensemble_titles_per_s"]),
-            f"{fmt(result['slowdown'], '.1f')}x",
-        ],
-    ]
-    single = result["single_titles_per_s"]
-    rows += [
-        [
-            f"member {m['name']} ({m['kind']})",
-            str(m["fold_models"]),
-            fmt(m["titles_per_s"]),
-            f"{fmt(single / m['titles_per_s'], '.1f')}x",
-        ]
-        for m in result.get("per_member", [])
-    ]
-    return [
-        "### Serving: an ensemble's folder against a single model",
-        "",
-        markdown_table(("predict on", "models", "titles/s", "time per title"), rows),
-        "",
-        f"`python -m klue_tc.predict`'s path on the {result['titles']} held-out titles ({result.get('clock', 'wall')} "
-        "clock), models read from disk each time; the ensemble is sweeps/ensemble.yaml's member designs and the two "
-        f"linear baselines, each as {FOLDS} fold models, trained {TRAIN_STEPS} steps: the cost of a title does not "
-        "depend on the weights. A member's row is its fold models alone.",
-    ]

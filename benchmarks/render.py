@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.constants import YNAT_TRAIN_TITLES
+from benchmarks.constants import ENSEMBLE_FOLDS, ENSEMBLE_TRAIN_STEPS, YNAT_TRAIN_TITLES
 
 DASH = "—"
 # Targets of issue 6: klue_tc titles/s over seed_reference's, per encoder; cached time to first step.
@@ -271,6 +271,46 @@ def footnotes(report: dict) -> list[str]:
     return notes
 
 
+def ensemble_lines(result: dict) -> list[str]:
+    """The report's section (Markdown)."""
+    if not result:
+        return []
+    rows = [
+        [
+            f"one fold model ({result.get('single_model', 'the first member')})",
+            "1",
+            fmt(result["single_titles_per_s"]),
+            "1.00x",
+        ],
+        [
+            f"ensemble: {result['members']} members x {ENSEMBLE_FOLDS} folds",
+            str(result["fold_models"]),
+            fmt(result["ensemble_titles_per_s"]),
+            f"{fmt(result['slowdown'], '.1f')}x",
+        ],
+    ]
+    single = result["single_titles_per_s"]
+    rows += [
+        [
+            f"member {m['name']} ({m['kind']})",
+            str(m["fold_models"]),
+            fmt(m["titles_per_s"]),
+            f"{fmt(single / m['titles_per_s'], '.1f')}x",
+        ]
+        for m in result.get("per_member", [])
+    ]
+    return [
+        "### Serving: an ensemble's folder against a single model",
+        "",
+        markdown_table(("predict on", "models", "titles/s", "time per title"), rows),
+        "",
+        f"`python -m klue_tc.predict`'s path on the {result['titles']} held-out titles ({result.get('clock', 'wall')} "
+        "clock), models read from disk each time; the ensemble is sweeps/ensemble.yaml's member designs and the two "
+        f"linear baselines, each as {ENSEMBLE_FOLDS} fold models, trained {ENSEMBLE_TRAIN_STEPS} steps: the cost of a "
+        "title does not depend on the weights. A member's row is its fold models alone.",
+    ]
+
+
 def render(report: dict) -> str:
     """The whole report as Markdown (also what --out FILE.md holds)."""
     s = report["settings"]
@@ -343,8 +383,6 @@ def render(report: dict) -> str:
     if "projection" in report:
         parts += ["", *projection_lines(report)]
     if report.get("ensemble"):
-        from benchmarks.ensemble import ensemble_lines
-
         parts += ["", *ensemble_lines(report["ensemble"])]
     checks = target_checks(report["results"], overhead, s.get("clock", "wall"))
     parts += [

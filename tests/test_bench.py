@@ -306,7 +306,7 @@ TINY_MEMBERS = ["encoder.d_model=32", "encoder.heads=2", "head.hidden=32", "enco
 
 def _served(result: dict, text: str) -> None:
     """The ensemble run's figures for ENSEMBLE_MEMBERS and the two baselines, and its report section."""
-    from benchmarks.ensemble import FOLDS
+    from benchmarks.constants import ENSEMBLE_FOLDS as FOLDS
 
     assert result["members"] == 4 and result["fold_models"] == 4 * FOLDS  # 2 networks, 2 linear baselines
     assert result["titles"] == 8 and result["single_titles_per_s"] > 0 and result["ensemble_titles_per_s"] > 0
@@ -318,7 +318,7 @@ def _served(result: dict, text: str) -> None:
 
 
 def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
-    from benchmarks.ensemble import ensemble_lines
+    from benchmarks.render import ensemble_lines
     from benchmarks.worker import run_worker
 
     data = _headlines(tmp_path / "train.tsv")
