@@ -16,7 +16,7 @@ import pandas as pd
 
 from klue_tc.report.grid_model import CONFIDENCE, family_confidence, signed
 from klue_tc.report.markdown import markdown_table
-from klue_tc.report.replicates import pretraining_seed
+from klue_tc.report.replicates import REPLICATE, pretraining_seed, replicate_means
 from klue_tc.report.sections import Findings, configurations
 from klue_tc.report.title_bootstrap import RESAMPLES, TitleBootstrap, nested_difference
 from klue_tc.store.records import FoldResult
@@ -158,12 +158,11 @@ def ranked_cells(records: Sequence[FoldResult]) -> pd.Series:
     frame = pd.DataFrame(
         {
             "config_hash": [r.config_hash for r in records],
-            "seed": [pretraining_seed(r) if pretraining_seed(r) is not None else -1 for r in records],
+            REPLICATE: [pretraining_seed(r) for r in records],
             "f1": [r.f1 for r in records],
         }
     )
-    per_seed = frame.groupby(["config_hash", "seed"])["f1"].mean()
-    return per_seed.groupby(level="config_hash").mean().sort_values(ascending=False, kind="stable")
+    return replicate_means(frame, "f1").sort_values(ascending=False, kind="stable")
 
 
 def cell_records(records: Sequence[FoldResult], cell: str) -> Seeds:
