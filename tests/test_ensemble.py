@@ -1,6 +1,7 @@
 """The ensemble stage (klue_tc/ensemble/): members read from the records, temperatures and the
 greedy selection chosen on out-of-fold predictions alone, the linear baselines on the same folds,
-scoring on the validation titles, the report and the artefact `predict` serves."""
+the ensemble's class offsets, scoring on the validation titles, the report and the artefact
+`predict` serves."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from klue_tc.data.titles import NUM_CLASSES, stratified_folds, title_folds
-from klue_tc.ensemble.calibration import fit_temperature, tempered
+from klue_tc.ensemble.calibration import fit_class_offsets, fit_temperature, logits_of, offset, tempered
 from klue_tc.ensemble.selection import greedy_selection, macro_f1_of
 from klue_tc.store.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
 from klue_tc.store.results import ResultsStore
@@ -102,6 +103,22 @@ def test_the_temperature_of_least_log_loss_is_found():
     assert fit_temperature(logits, labels) == pytest.approx(2.5, rel=0.1)
 
 
+def test_class_offsets_undo_a_models_lean_against_a_class_and_restore_its_share():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (6000, NUM_CLASSES))
+    labels = np.array([rng.choice(NUM_CLASSES, p=p) for p in tempered(logits, 1.0)])  # calibrated
+    leaning = logits.copy()
+    leaning[:, 2] -= 1.0  # a model that under-predicts class 2, as an average of hedging members does
+    offsets = fit_class_offsets(leaning, labels)
+    assert offsets.sum() == pytest.approx(0.0, abs=1e-9)
+    assert np.argmax(offsets) == 2 and offsets[2] - np.delete(offsets, 2).mean() == pytest.approx(1.0, abs=0.15)
+    fixed = offset(tempered(leaning, 1.0), offsets)
+    shares = np.bincount(labels, minlength=NUM_CLASSES) / len(labels)
+    assert fixed.mean(axis=0) == pytest.approx(shares, abs=1e-3)  # each class's mean probability is its share
+    assert macro_f1_of(labels, fixed) > macro_f1_of(labels, tempered(leaning, 1.0)) + 0.01
+    assert np.allclose(fit_class_offsets(logits_of(tempered(logits, 1.0)), labels), 0.0, atol=0.1)  # none needed
+
+
 @pytest.mark.parametrize("metric", ["f1", "log_loss"])
 def test_greedy_selection_adds_members_with_replacement_and_keeps_the_best_prefix(metric):
     rng = np.random.default_rng(1)
@@ -178,7 +195,7 @@ def shuffle_validation_labels(sweep, validation_file, seed: int = 7) -> None:
 
 
 @pytest.mark.parametrize("metric", ["log_loss", "f1"])
-def test_shuffling_the_validation_labels_changes_no_member_weight_or_temperature(text_store, metric):
+def test_shuffling_the_validation_labels_changes_no_member_weight_temperature_or_offset(text_store, metric):
     from klue_tc.ensemble.stage import build_ensemble
 
     sweep, _, validation = text_store
@@ -188,7 +205,33 @@ def test_shuffling_the_validation_labels_changes_no_member_weight_or_temperature
     after = build_ensemble(sweep, metric=metric)
     assert after.selection == before.selection  # the same members, counts and rounds
     assert [m.temperature for m in after.members] == [m.temperature for m in before.members]
+    assert np.array_equal(after.class_offsets, before.class_offsets) and before.class_offsets.any()
     assert after.validation.f1 != before.validation.f1  # the labels it is scored on did change
+
+
+def test_the_class_offsets_are_chosen_after_the_selection_and_can_be_left_out(text_store, capsys):
+    from klue_tc.ensemble.cli import main
+    from klue_tc.ensemble.stage import build_ensemble
+
+    sweep, _, _ = text_store
+    offset_mean, plain = build_ensemble(sweep), build_ensemble(sweep, class_offsets=False)
+    assert plain.class_offsets is None and plain.selection == offset_mean.selection
+    mean = sum(weight * member.fold_ensemble() for member, weight in plain.chosen)
+    assert np.allclose(plain.validation_probs(), mean)
+    assert np.allclose(offset_mean.validation_probs(), offset(mean, offset_mean.class_offsets))
+    # The baselines are compared as their fold ensembles, and offset by class as the ensemble is.
+    offset_sides = {d.versus for d in offset_mean.validation.differences} - {
+        d.versus for d in plain.validation.differences
+    }
+    assert offset_sides == {f"{m.name}, offset by class" for m in offset_mean.members if m.kind == "linear"}
+    assert main([str(sweep), "--no-artefact", "--no-class-offsets"]) == 0
+    assert "offset by class" not in (sweep / "ensemble.md").read_text(encoding="utf-8")
+    assert main([str(sweep), "--no-artefact"]) == 0
+    markdown = (sweep / "ensemble.md").read_text(encoding="utf-8")
+    assert (
+        "offset by class" in markdown
+        and "| NB-SVM, char_wb 1-3-grams (Wang & Manning 2012), offset by class | 0." in markdown
+    )
 
 
 def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline(text_store):

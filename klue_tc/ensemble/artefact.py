@@ -1,9 +1,9 @@
 """The ensemble as a folder that stands alone: every chosen member's fold models (the networks'
 checkpoints and tokenizers, hard-linked where the file system allows; the linear baselines' fitted
 models) and ensemble.json, which names them relative to the folder with their weights and
-temperatures. `python -m klue_tc.predict <folder> "title"` serves it as it serves a run directory;
-the folder may be moved or copied anywhere. Like a checkpoint, the models are pickles: load only
-folders you trust."""
+temperatures and holds the ensemble's class offsets. `python -m klue_tc.predict <folder> "title"`
+serves it as it serves a run directory; the folder may be moved or copied anywhere. Like a
+checkpoint, the models are pickles: load only folders you trust."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 MANIFEST = "ensemble.json"
 FORMAT = "klue_tc ensemble"
-VERSION = 1
+VERSION = 2  # 2: class offsets; a version-1 folder (none) is still served
+READABLE_VERSIONS = (1, VERSION)
 
 
 class ArtefactError(KlueTcError):
@@ -112,9 +113,10 @@ def write_artefact(ensemble: Ensemble, target: str | Path) -> Path:
             "label_names": ensemble.label_names,
             "made_from": str(ensemble.directory),
             "selection": {"metric": ensemble.selection.metric, "rounds": ensemble.selection.kept_rounds},
-            "oof_f1": ensemble.selection.oof_f1,
+            "oof_f1": ensemble.oof_f1,
             "validation_f1": ensemble.validation.f1 if ensemble.validation else None,
             "members": members,
+            "class_offsets": None if ensemble.class_offsets is None else [float(v) for v in ensemble.class_offsets],
         }
         (partial / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
     except BaseException:
@@ -131,8 +133,8 @@ def read_manifest(directory: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ArtefactError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ArtefactError(f"{path}: not a {FORMAT} of version {VERSION}")
+    if manifest.get("format") != FORMAT or manifest.get("version") not in READABLE_VERSIONS:
+        raise ArtefactError(f"{path}: not a {FORMAT} of version {', '.join(map(str, READABLE_VERSIONS))}")
     return manifest
 
 
@@ -140,7 +142,10 @@ def artefact_probs(
     directory: str | Path, titles: Sequence[str], batch_size: int = EVAL_BATCH_SIZE
 ) -> tuple[np.ndarray, list[str]]:
     """The ensemble's probabilities for `titles`, and the classes' names: each member's fold
-    models averaged (calibrated, or as votes), the members weighted, as the ensemble stage scored them."""
+    models averaged (calibrated, or as votes), the members weighted and the mean offset by class, as
+    the ensemble stage scored them."""
+    from klue_tc.ensemble.calibration import offset
+
     directory = Path(directory)
     manifest = read_manifest(directory)
     classes = len(manifest["label_names"])
@@ -148,6 +153,8 @@ def artefact_probs(
     for member in manifest["members"]:
         contribution = member["weight"] * member_probs(directory, member, titles, classes, batch_size)
         total = contribution if total is None else total + contribution
+    if manifest.get("class_offsets") is not None:
+        total = offset(total, np.asarray(manifest["class_offsets"]))
     return total.astype(np.float32), list(manifest["label_names"])
 
 

@@ -1,11 +1,13 @@
-"""Temperature scaling (Guo et al. 2017): one scalar per member that softens or sharpens its
-probabilities, chosen by the log-loss of its out-of-fold predictions; it never changes a single
-model's predicted class, only how much its vote weighs beside the others'."""
+"""Calibration chosen by out-of-fold log-loss. Temperature scaling (Guo et al. 2017): one scalar
+per member that softens or sharpens its probabilities; it never changes a single model's predicted
+class, only how much its vote weighs beside the others'. Class offsets: one number per class added
+to the log of the ensemble's weighted mean; at the least log-loss each class's mean probability
+equals its share of the titles, which averaging members that hedge differently does not keep."""
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax, softmax
 
 # float16 probabilities round the smallest to 0: their logarithm is floored here.
@@ -40,3 +42,24 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
         options={"xatol": 1e-4},
     )
     return float(np.exp(found.x))
+
+
+def fit_class_offsets(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The offsets b of least log-loss of softmax(logits + b) on these titles, centred (softmax
+    ignores a shift common to every class)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    labels = np.asarray(labels, dtype=int)
+    rows, classes = np.arange(len(labels)), logits.shape[1]
+    shares = np.bincount(labels, minlength=classes) / len(labels)
+
+    def loss_and_gradient(offsets: np.ndarray) -> tuple[float, np.ndarray]:
+        scaled = log_softmax(logits + offsets, axis=1)
+        return float(-scaled[rows, labels].mean()), np.exp(scaled).mean(axis=0) - shares
+
+    found = minimize(loss_and_gradient, np.zeros(classes), jac=True, method="L-BFGS-B")
+    return found.x - found.x.mean()
+
+
+def offset(probs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """softmax(log probs + offsets), float32."""
+    return softmax(logits_of(probs) + np.asarray(offsets, dtype=np.float64), axis=1).astype(np.float32)

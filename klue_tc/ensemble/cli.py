@@ -43,6 +43,11 @@ def parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("--no-baselines", action="store_true", help="leave the linear baselines out of the members")
     parse.add_argument(
+        "--no-class-offsets",
+        action="store_true",
+        help="predict by the weighted mean alone, without the per-class offsets chosen out of fold",
+    )
+    parse.add_argument(
         "--artefact", type=Path, help=f"where to write the servable ensemble (default DIRECTORY/{ARTEFACT_DIR})"
     )
     parse.add_argument("--no-artefact", action="store_true", help="write the report only")
@@ -83,6 +88,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.metric,
             not args.no_baselines,
             args.batch_size,
+            not args.no_class_offsets,
         )
         soft_labels, why_not = (None, None) if args.no_soft_labels else write_soft_labels(ensemble)
         if why_not:
@@ -117,7 +123,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def summary_line(ensemble) -> str:
     chosen = ", ".join(f"{m.name} {w:.2f}" for m, w in ensemble.chosen)
-    line = f"chosen out of fold: {chosen}; OOF macro-F1 {ensemble.selection.oof_f1:.4f}"
+    line = f"chosen out of fold: {chosen}; OOF macro-F1 {ensemble.oof_f1:.4f}"
     scored = ensemble.validation
     if scored is not None:
         line += f"; validation macro-F1 {scored.f1:.4f} ({scored.low:.4f}..{scored.high:.4f})"

@@ -15,7 +15,7 @@ from klue_tc.core.config import WandbConfig
 from klue_tc.ensemble.members import LINEAR
 from klue_tc.ensemble.scoring import signed
 from klue_tc.ensemble.selection import F1, macro_f1_of
-from klue_tc.ensemble.stage import Ensemble
+from klue_tc.ensemble.stage import OFFSET_KEY, OFFSET_NAME, Ensemble
 from klue_tc.report.grid_model import CONFIDENCE
 from klue_tc.report.title_bootstrap import RESAMPLES
 
@@ -77,7 +77,7 @@ def csv_frame(ensemble: Ensemble) -> pd.DataFrame:
             "role": "ensemble",
             "name": "ensemble",
             "weight": 1.0,
-            "oof_f1": ensemble.selection.oof_f1,
+            "oof_f1": ensemble.oof_f1,
             "validation_f1": scored.f1 if scored else None,
             "validation_f1_low": scored.low if scored else None,
             "validation_f1_high": scored.high if scored else None,
@@ -113,6 +113,16 @@ def csv_frame(ensemble: Ensemble) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CSV_COLUMNS).astype({"folds": "Int64"})
 
 
+def offsets_sentence(ensemble: Ensemble) -> str:
+    if ensemble.class_offsets is None:
+        return ""
+    offsets = ", ".join(f"{name} {value:+.3f}" for name, value in zip(ensemble.label_names, ensemble.class_offsets))
+    return (
+        " The weighted mean is then offset by class (one number per class added to its log, of least "
+        f"out-of-fold log-loss, so that each class's mean probability is its share of the training titles): {offsets}."
+    )
+
+
 def table(rows: list[list], header: list[str]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
@@ -135,8 +145,9 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         + (f" and {len(ensemble.titles.validation_labels):,} validation titles ({scored.source})." if scored else "."),
         f"Each member's temperature minimises its out-of-fold log-loss; greedy forward selection with "
         f"replacement (Caruana et al. 2004) by out-of-fold {METRIC_WORDS[selection.metric]} kept "
-        f"{selection.kept_rounds} of {len(selection.f1)} rounds; a member's weight is how often it was chosen. "
-        "The validation titles chose nothing: they only score the result.",
+        f"{selection.kept_rounds} of {len(selection.f1)} rounds; a member's weight is how often it was chosen."
+        + offsets_sentence(ensemble)
+        + " The validation titles chose nothing: they only score the result.",
         "",
         "## The ensemble",
         "",
@@ -148,7 +159,7 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         if row["weight"] > 0
     ]
     chosen.append(
-        ["**ensemble**", "", "1", "", f3(selection.oof_f1)]
+        ["**ensemble**", "", "1", "", f3(ensemble.oof_f1)]
         + [f"**{f3(scored.f1)}** ({scored.low:.4f}..{scored.high:.4f})" if scored else "–"]
     )
     lines += table(
@@ -163,7 +174,14 @@ def markdown(ensemble: Ensemble, command: str) -> str:
             "",
             f"On the validation titles, each side as its own fold ensemble; {CONFIDENCE * 100:g} % intervals of "
             f"the difference from a paired bootstrap of the titles ({RESAMPLES} resamples, percentile). "
-            f"The best member is the one of best out-of-fold {METRIC_WORDS[selection.metric]} (the first chosen).",
+            f"The best member is the one of best out-of-fold {METRIC_WORDS[selection.metric]} (the first chosen)."
+            + (
+                " Each linear baseline is also given the ensemble's last step, class offsets of its own chosen on "
+                "its own out-of-fold predictions (', offset by class'), so that the offsets alone do not pass "
+                "for the ensemble's gain."
+                if ensemble.class_offsets is not None
+                else ""
+            ),
             "",
         ]
         lines += table(
@@ -244,6 +262,9 @@ def student_lines(ensemble: Ensemble) -> list[str]:
 
 
 def key_of(ensemble: Ensemble, name: str) -> str:
+    """The key of the side compared by this name (a member, or a baseline given class offsets)."""
+    if name.endswith(OFFSET_NAME):
+        return key_of(ensemble, name.removesuffix(OFFSET_NAME)) + OFFSET_KEY
     return next(m.key for m in ensemble.members if m.name == name)
 
 
@@ -276,7 +297,11 @@ def log_to_wandb(ensemble: Ensemble, settings: WandbConfig, group: Optional[str]
         import wandb
 
         frame = csv_frame(ensemble)
-        summary = {"ensemble/oof_f1": ensemble.selection.oof_f1}
+        summary = {"ensemble/oof_f1": ensemble.oof_f1}
+        if ensemble.class_offsets is not None:
+            summary |= {
+                f"ensemble/class_offset/{n}": float(v) for n, v in zip(ensemble.label_names, ensemble.class_offsets)
+            }
         if ensemble.validation:
             summary["ensemble/validation_f1"] = ensemble.validation.f1
             summary |= {f"ensemble/minus {d.versus}": d.difference for d in ensemble.validation.differences}

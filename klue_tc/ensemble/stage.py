@@ -15,7 +15,7 @@ import numpy as np
 from klue_tc.core.config import EVAL_BATCH_SIZE
 from klue_tc.core.errors import KlueTcError
 from klue_tc.data.titles import LABEL_NAMES
-from klue_tc.ensemble.calibration import fit_temperature, logits_of
+from klue_tc.ensemble.calibration import fit_class_offsets, fit_temperature, logits_of, offset
 from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
 from klue_tc.ensemble.scoring import Difference, PairedTitles, StudentScore
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
@@ -37,6 +37,10 @@ HELD_OUT_READ_LINE = (
 )
 
 
+# A baseline given class offsets of its own, in the comparisons: its key and name's suffixes.
+OFFSET_KEY, OFFSET_NAME = "+offsets", ", offset by class"
+
+
 class EnsembleError(KlueTcError):
     """The records cannot make an ensemble."""
 
@@ -47,7 +51,7 @@ class ValidationScores:
     f1: float  # the ensemble's
     low: float
     high: float
-    members: dict[str, float]  # each member's fold ensemble
+    members: dict[str, float]  # each member's fold ensemble (and each baseline's offset by class)
     differences: list[Difference]  # the ensemble minus its best member and each baseline
     # The same at the training titles' class mix: each validation title weighs p_train / p_val of its class.
     train_mix_f1: Optional[float] = None
@@ -64,6 +68,8 @@ class Ensemble:
     notes: list[str] = field(default_factory=list)
     validation: Optional[ValidationScores] = None
     student: Optional[StudentScore] = None  # a student distilled from it, on the same validation titles
+    # Added to the log of the weighted mean, one per class (klue_tc/ensemble/calibration.py); None: the mean alone.
+    class_offsets: Optional[np.ndarray] = None
 
     @property
     def weights(self) -> dict[str, float]:
@@ -79,11 +85,18 @@ class Ensemble:
         return self.members[self.selection.order[0]]
 
     def combine(self, parts: Sequence[Optional[np.ndarray]]) -> Optional[np.ndarray]:
-        """The weighted mean of the members' calibrated probabilities (None where a chosen one has none)."""
+        """The weighted mean of the members' calibrated probabilities, offset by class where the
+        offsets are chosen (None where a chosen member has no probabilities)."""
         used = [(p, w) for p, w in zip(parts, self.selection.weights) if w > 0]
         if any(p is None for p, _ in used):
             return None
-        return sum(w * p for p, w in used)
+        mean = sum(w * p for p, w in used)
+        return mean if self.class_offsets is None else offset(mean, self.class_offsets)
+
+    @property
+    def oof_f1(self) -> float:
+        """The out-of-fold macro-F1 of the ensemble as it predicts (chosen on these titles: flattered)."""
+        return macro_f1_of(self.titles.labels, self.oof_probs())
 
     def oof_probs(self) -> np.ndarray:
         return self.combine([m.calibrated_oof for m in self.members])
@@ -155,6 +168,21 @@ def library(directory: Path, baselines: bool, models: bool) -> tuple[list[Member
     return members, titles, label_names_of(records, members[0].oof.shape[1]), notes
 
 
+def offset_baselines(ensemble: Ensemble, sides: dict, names: dict) -> list[str]:
+    """Each linear baseline's fold ensemble given the ensemble's last step too, its own class offsets
+    chosen on its own out-of-fold predictions: the offsets alone must not pass for the ensemble's
+    gain. Added to `sides` and `names`; their keys returned."""
+    added = []
+    for member in ensemble.members:
+        if member.kind != LINEAR or member.votes or sides[member.key] is None:
+            continue
+        key = member.key + OFFSET_KEY
+        offsets = fit_class_offsets(logits_of(member.calibrated_oof), ensemble.titles.labels)
+        sides[key], names[key] = offset(sides[member.key], offsets), member.name + OFFSET_NAME
+        added.append(key)
+    return added
+
+
 def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScores]:
     from klue_tc.report.class_mix import importance_weights
 
@@ -166,11 +194,14 @@ def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScor
     paired = PairedTitles(labels, classes)
     predicted = probs.argmax(1)
     sides = {m.key: m.fold_ensemble() for m in ensemble.members}
-    scores = {key: paired.f1(p.argmax(1)) for key, p in sides.items() if p is not None}
+    names = {m.key: m.name for m in ensemble.members}
     best = ensemble.best_member
-    against = [best] + [m for m in ensemble.members if m.kind == LINEAR and m is not best]
-    against = [m for m in against if sides[m.key] is not None]
-    differences = [paired.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against]
+    against = [best.key] + [m.key for m in ensemble.members if m.kind == LINEAR and m is not best]
+    if ensemble.class_offsets is not None:
+        against += offset_baselines(ensemble, sides, names)
+    scores = {key: paired.f1(p.argmax(1)) for key, p in sides.items() if p is not None}
+    against = [key for key in against if sides[key] is not None]
+    differences = [paired.difference(names[key], predicted, sides[key].argmax(1)) for key in against]
     low, high = paired.interval(predicted)
     mix = importance_weights(
         np.bincount(ensemble.titles.labels, minlength=classes), np.bincount(labels, minlength=classes)
@@ -184,7 +215,7 @@ def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScor
         scores,
         differences,
         mixed.f1(predicted),
-        [mixed.difference(m.name, predicted, sides[m.key].argmax(1)) for m in against],
+        [mixed.difference(names[key], predicted, sides[key].argmax(1)) for key in against],
     )
 
 
@@ -196,9 +227,11 @@ def build_ensemble(
     metric: str = LOG_LOSS,
     baselines: bool = True,
     batch_size: int = EVAL_BATCH_SIZE,
+    class_offsets: bool = True,
 ) -> Ensemble:
     """The ensemble of the records below `directory`; `validation_file` (labelled) replaces the
-    runs' validation titles, scored by every member's fold models."""
+    runs' validation titles, scored by every member's fold models. `class_offsets`: the weighted
+    mean is offset by class, the offsets chosen on the out-of-fold predictions after the selection."""
     directory = Path(directory)
     members, titles, label_names, notes = library(directory, baselines, models=validation_file is not None)
     voting = [m for m in members if m.votes]
@@ -215,5 +248,7 @@ def build_ensemble(
             member.temperature = fit_temperature(logits_of(member.oof), titles.labels)
     selection = greedy_selection([m.calibrated_oof for m in members], titles.labels, max_rounds, patience, metric)
     ensemble = Ensemble(directory, members, titles, selection, label_names, notes)
+    if class_offsets:
+        ensemble.class_offsets = fit_class_offsets(logits_of(ensemble.oof_probs()), titles.labels)
     ensemble.validation = score_validation(ensemble, source)
     return ensemble
