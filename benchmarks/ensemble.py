@@ -71,10 +71,11 @@ def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray
     from klue_tc.ensemble.stage import Ensemble
     from klue_tc.training.baseline import BASELINES
 
-    members = [Member(name, name, NEURAL, np.zeros((1, 1)), None) for name in names]
+    texts, labels = [data.texts[i] for i in train_rows], data.labels[train_rows]
+    unknown = np.full((len(labels), data.num_classes), 1 / data.num_classes)  # no out-of-fold predictions here
+    members = [Member(name, name, NEURAL, unknown, None) for name in names]
     for member, record in zip(members, records):
         member.folds = [replace(record, fold=k) for k in range(ENSEMBLE_FOLDS)]
-    texts, labels = [data.texts[i] for i in train_rows], data.labels[train_rows]
     for baseline in BASELINES:
         model = baseline.pipeline().fit(texts, labels)
         joblib.dump(model, work / f"{baseline.short_name}.joblib")
@@ -82,7 +83,7 @@ def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray
             LinearFold(k, baseline.default_c, 1.0, None, work / f"{baseline.short_name}.joblib")
             for k in range(ENSEMBLE_FOLDS)
         ]
-        members.append(Member(baseline.short_name, baseline.name, LINEAR, np.zeros((1, 1)), None, folds=folds))
+        members.append(Member(baseline.short_name, baseline.name, LINEAR, unknown, None, folds=folds))
     selection = Selection((1,) * len(members), tuple(range(len(members))), (float("nan"),), (float("nan"),), 1)
     ensemble = Ensemble(work, members, Titles(labels, None, data.num_classes), selection, list(data.label_names))
     return write_artefact(ensemble, work / "ensemble-model")

@@ -68,6 +68,11 @@ PINNED_PRETRAINING = {
 }
 
 
+# The weights' checksum differs between CPU makers by up to 3e-5 of itself (one fp32 thread: MKL's
+# kernels round differently on AMD and Intel; measured on both), the scores and losses not at all.
+WEIGHTS_REL = 1e-4
+
+
 def checksum(state: dict[str, torch.Tensor]) -> float:
     """One number that moves with any weight: each tensor's entries weighted by their position."""
     total = 0.0
@@ -114,7 +119,7 @@ def test_a_tiny_fold_of_each_built_in_encoder_makes_its_pinned_numbers(tmp_path,
     found = (fold["record"]["f1"], fold["record"]["inner_f1"], fold["weights"])
     print(f"{case!r}: {found},")
     assert found[:2] == pytest.approx((f1, inner_f1), abs=1e-9)
-    assert found[2] == pytest.approx(weights, rel=1e-6)
+    assert found[2] == pytest.approx(weights, rel=WEIGHTS_REL)
 
 
 @pytest.mark.parametrize("objective", sorted(PINNED_PRETRAINING))
@@ -126,6 +131,6 @@ def test_a_tiny_pretraining_of_each_objective_makes_its_pinned_numbers(tmp_path,
     print(f"{objective!r}: {found},")
     loss, encoder_weights, f1, weights = PINNED_PRETRAINING[objective]
     assert found[0] == pytest.approx(loss, rel=1e-6)
-    assert found[1] == pytest.approx(encoder_weights, rel=1e-6)
+    assert found[1] == pytest.approx(encoder_weights, rel=WEIGHTS_REL)
     assert found[2] == pytest.approx(f1, abs=1e-9)
-    assert found[3] == pytest.approx(weights, rel=1e-6)
+    assert found[3] == pytest.approx(weights, rel=WEIGHTS_REL)
