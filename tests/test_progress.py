@@ -9,6 +9,7 @@ import re
 import sys
 
 import lightning as L
+import pytest
 import rich
 import torch
 from torch.nn import functional as F
@@ -167,3 +168,15 @@ def test_an_epoch_cut_short_is_costed_by_its_steps(tmp_path, monkeypatch, caplog
         trainer.fit(SlowClassifier())
     (cost,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cost on this machine")]
     assert "a fold's 1 epochs of 10 steps take about" in cost
+
+
+def test_the_eta_after_an_epoch_leaves_out_the_pretraining_before_it():
+    """An hour of pretraining then a 60-second epoch: nine more epochs take about nine minutes, not nine hours."""
+    job = JobProgress(folds_to_train=2, max_epochs=10)
+    job.started -= 3600
+    job.training_began()
+    job.training_started -= 60
+    job.fold_number, job.epochs_done = 1, 1  # the first fold, its first epoch done
+    assert job.eta(9) == pytest.approx(60 * (9 + 10), rel=0.01)
+    job.training_began()  # the second fold's start does not restart the clock
+    assert job.eta(9) == pytest.approx(60 * (9 + 10), rel=0.01)

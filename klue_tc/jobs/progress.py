@@ -55,6 +55,7 @@ class JobProgress:
     def __init__(self, folds_to_train: int, max_epochs: int, every_s: float = PROGRESS_EVERY_S):
         self.folds, self.max_epochs, self.every_s = folds_to_train, max_epochs, every_s
         self.started = time.monotonic()
+        self.training_started: float | None = None  # the first fold's first epoch: pretraining is before it
         self.epochs_done, self.fold_number = 0, 0
         self.cost_said = False  # once per job: its first fold measures it
 
@@ -71,16 +72,25 @@ class JobProgress:
         line = self.callback(fold)
         return [line, StepLine(self, fold, line.number)]
 
+    def training_began(self) -> None:
+        if self.training_started is None:
+            self.training_started = time.monotonic()
+
     def eta(self, epochs_left_this_fold: int) -> float:
-        """Remaining time if every epoch takes the mean so far and every later fold runs all its
+        """Remaining time if every epoch takes the mean so far (timed from the first epoch's start, not
+        the job's: a pretraining before it is no epoch's cost) and every later fold runs all its
         epochs (early stopping makes it an upper bound)."""
-        per_epoch = (time.monotonic() - self.started) / max(1, self.epochs_done)
+        began = self.started if self.training_started is None else self.training_started
+        per_epoch = (time.monotonic() - began) / max(1, self.epochs_done)
         return per_epoch * (epochs_left_this_fold + (self.folds - self.fold_number) * self.max_epochs)
 
 
 class EpochLine(L.Callback):
     def __init__(self, job: JobProgress, fold: int, number: int):
         self.job, self.fold, self.number = job, fold, number
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.job.training_began()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
