@@ -15,7 +15,7 @@ from klue_tc.core.config import WandbConfig
 from klue_tc.ensemble.members import LINEAR
 from klue_tc.ensemble.scoring import signed
 from klue_tc.ensemble.selection import F1, macro_f1_of
-from klue_tc.ensemble.stage import OFFSET_KEY, OFFSET_NAME, Ensemble
+from klue_tc.ensemble.stage import Ensemble
 from klue_tc.report.grid_model import CONFIDENCE
 from klue_tc.report.title_bootstrap import RESAMPLES
 
@@ -186,7 +186,7 @@ def markdown(ensemble: Ensemble, command: str) -> str:
         ]
         lines += table(
             [
-                [d.versus, f3(scored.members.get(key_of(ensemble, d.versus))), signed(d.difference)]
+                [d.versus, f3(scored.members.get(d.key)), signed(d.difference)]
                 + [f"{d.low:+.4f}..{d.high:+.4f}", d.verdict]
                 for d in scored.differences
             ],
@@ -259,13 +259,6 @@ def student_lines(ensemble: Ensemble) -> list[str]:
         ["student validation macro-F1", "ensemble minus student", "interval", f"within {WITHIN_POINTS:g} point"],
     )
     return [*lines, ""]
-
-
-def key_of(ensemble: Ensemble, name: str) -> str:
-    """The key of the side compared by this name (a member, or a baseline given class offsets)."""
-    if name.endswith(OFFSET_NAME):
-        return key_of(ensemble, name.removesuffix(OFFSET_NAME)) + OFFSET_KEY
-    return next(m.key for m in ensemble.members if m.name == name)
 
 
 def gain(row: dict) -> str:

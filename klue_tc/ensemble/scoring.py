@@ -16,12 +16,14 @@ from klue_tc.report.title_bootstrap import RESAMPLES, resampled_f1, title_draws
 
 @dataclass(frozen=True)
 class Difference:
-    """Macro-F1 of the ensemble minus that of `versus`, with its interval."""
+    """Macro-F1 of the ensemble minus that of `versus` (the side's name; `key`, its key among the
+    scored sides, where it is one), with its interval."""
 
     versus: str
     difference: float
     low: float
     high: float
+    key: Optional[str] = None
 
     @property
     def verdict(self) -> str:
@@ -57,7 +59,12 @@ class PairedTitles:
         return tuple(float(v) for v in np.quantile(values, [tail, 1 - tail]))
 
     def difference(
-        self, versus: str, ours: np.ndarray, theirs: np.ndarray, confidence: float = CONFIDENCE
+        self,
+        versus: str,
+        ours: np.ndarray,
+        theirs: np.ndarray,
+        confidence: float = CONFIDENCE,
+        key: Optional[str] = None,
     ) -> Difference:
         values = resampled_f1(self.labels, ours, self.draws, self.classes) - resampled_f1(
             self.labels, theirs, self.draws, self.classes
@@ -65,7 +72,7 @@ class PairedTitles:
         tail = (1 - confidence) / 2
         low, high = np.quantile(values, [tail, 1 - tail])
         point = self.f1(ours) - self.f1(theirs)
-        return Difference(versus, point, float(low), float(high))
+        return Difference(versus, point, float(low), float(high), key)
 
 
 def signed(value: float) -> str:

@@ -201,7 +201,7 @@ def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScor
         against += offset_baselines(ensemble, sides, names)
     scores = {key: paired.f1(p.argmax(1)) for key, p in sides.items() if p is not None}
     against = [key for key in against if sides[key] is not None]
-    differences = [paired.difference(names[key], predicted, sides[key].argmax(1)) for key in against]
+    differences = [paired.difference(names[key], predicted, sides[key].argmax(1), key=key) for key in against]
     low, high = paired.interval(predicted)
     mix = importance_weights(
         np.bincount(ensemble.titles.labels, minlength=classes), np.bincount(labels, minlength=classes)
@@ -215,7 +215,7 @@ def score_validation(ensemble: Ensemble, source: str) -> Optional[ValidationScor
         scores,
         differences,
         mixed.f1(predicted),
-        [mixed.difference(names[key], predicted, sides[key].argmax(1)) for key in against],
+        [mixed.difference(names[key], predicted, sides[key].argmax(1), key=key) for key in against],
     )
 
 
