@@ -4,14 +4,17 @@ on the validation titles and served by `python -m klue_tc.predict` like any run.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process
 from klue_tc.core.errors import ConfigError
 from klue_tc.jobs.run import final_line
 from klue_tc.predict import predict_titles
+from klue_tc.report.sweep_callback import SweepReportCallback
 
 
 def final_overrides(tmp_path, train, *extra):
@@ -28,7 +31,7 @@ def final_overrides(tmp_path, train, *extra):
     ]
 
 
-def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predicts(tmp_path, capsys):
+def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predicts(tmp_path, capsys, caplog):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=1))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=4, seed=2))
     run_dir = tmp_path / "run"
@@ -46,6 +49,17 @@ def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predict
     assert "chosen on its inner split), no CV; validation macro-F1 " in last
     predictions = predict_titles(run_dir, ["코스피 상승 마감", "손흥민 결승골 폭발"])
     assert len(predictions) == 2 and all(0.0 <= p <= 1.0 for _, p in predictions)
+
+    # A sweep of final models alone (sweeps/distill.yaml) ends saying why there is no table, not "failed".
+    sweep = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": str(run_dir)}}, "logger": {"name": "none"}, "sweep": "distill"}
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        SweepReportCallback().on_multirun_end(sweep)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"no comparison table: {run_dir}: only final models (cv.folds=1)")
 
 
 def test_a_final_model_without_validation_titles_is_refused_in_one_line(tmp_path):

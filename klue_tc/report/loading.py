@@ -36,6 +36,10 @@ class NoResultsError(KlueTcError):
     """The folder holds no finished run to report on."""
 
 
+class FinalModelsOnlyError(NoResultsError):
+    """The folder's runs are all final models (cv.folds=1): nothing failed, there is no CV score to compare."""
+
+
 def fold_frame(directory: str | Path) -> pd.DataFrame:
     """One row per (configuration, fold), from every metrics.json below `directory` and every
     results-store record (<key>/fold<k>.json) there: a folder of records alone, such as the
@@ -60,7 +64,7 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
     if final_models:
         log.info("left out, final models (cv.folds=1) with no CV score: %s", ", ".join(map(str, final_models)))
     if not rows and final_models:
-        raise NoResultsError(
+        raise FinalModelsOnlyError(
             f"{directory}: only final models (cv.folds=1), trained on every title with no CV score to "
             "compare; each one's validation score is in its metrics.json and last line"
         )

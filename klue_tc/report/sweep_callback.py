@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 class SweepReportCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from klue_tc.report.loading import FinalModelsOnlyError
         from klue_tc.report.wandb_run import wandb_settings
         from klue_tc.report.write import write_report
 
@@ -26,6 +27,9 @@ class SweepReportCallback(Callback):
             log_sweep_aggregates(sweep_dir, settings)
         try:
             write_report(sweep_dir, log_to_wandb=to_wandb, wandb_cfg=settings, group=config.sweep or config.experiment)
+        except FinalModelsOnlyError as err:  # a sweep of final models (sweeps/distill.yaml) has no table to write
+            print(f"no comparison table: {err}", flush=True)
+            return
         except Exception as err:  # the jobs' results are safe on disk; the report can be rerun
             log.warning("sweep report failed (%s); rerun: python -m klue_tc.report %s", err, sweep_dir)
             return
