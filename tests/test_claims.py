@@ -12,7 +12,8 @@ from test_effects import cnn_lower, synthetic_folds
 
 from klue_tc.report.claims import INCONCLUSIVE, NO, REFUTED, REPRODUCED, YES, claims_markdown, judge_claims
 
-EVIDENCE = re.compile(r"[-+]\d\.\d{3,4} \([\d.]+ % [-+]\d\.\d{3,4}\.\.[-+]\d\.\d{3,4}, \d+ matched sets\)")
+INTERVAL = r"[-+]\d\.\d{3,4}\.\.[-+]\d\.\d{3,4}"
+EVIDENCE = re.compile(rf"[-+]\d\.\d{{3,4}} \(Holm [\d.]+ % {INTERVAL}; 95 % {INTERVAL}; \d+ matched sets\)")
 
 
 def verdicts(folds, metric="f1") -> dict[str, str]:
@@ -39,9 +40,9 @@ def test_claim_ii_averages_both_variants_so_none_is_chosen_on_the_records():
     assert claims["ii"].verdict == REPRODUCED
     assert "(trans_blstm and trans_blstm_parallel, averaged)" in claims["ii"].statement
     assert claims["ii"].difference == pytest.approx(0.02, abs=0.003) and claims["ii"].low > 0
-    # Each variant alone is judged too, its intervals Bonferroni over both variants' comparisons.
+    # Each variant alone is judged too, its intervals at their Holm levels in the one family.
     assert claims["ii.trans_blstm"].verdict == REPRODUCED
-    assert all(e.confidence == pytest.approx(1 - 0.05 / 4) for e in claims["ii.trans_blstm_parallel"].comparisons)
+    assert all(e.confidence > 0.95 for e in claims["ii.trans_blstm_parallel"].comparisons)
 
 
 def test_one_variant_ahead_on_chance_alone_does_not_reproduce_claim_ii():
@@ -101,20 +102,53 @@ def test_claims_markdown_has_a_section_per_metric_and_the_scale_caveat():
     assert "- **reproduced**: (i) The CNN-augmented encoder is the lowest" in text
 
 
-def test_the_per_count_layer_intervals_are_family_wise():
-    """Four layer counts against 2 are one question ("does any help?"): each interval is at
-    1 - 0.05/4 and so wider than the plain 95 % interval of the same comparison."""
-    from klue_tc.report.effects import marginal_effects
+def test_every_comparison_is_read_at_its_holm_level_in_one_family():
+    """Holm's step-down over every comparison of the claims: the smallest p-value is read at
+    1 - 0.05/m, every Holm interval holds the plain 95 % one, and a comparison is on one side of its
+    threshold at its Holm level exactly where statsmodels' Holm rejects it."""
+    from statsmodels.stats.multitest import multipletests
 
-    folds = synthetic_folds(noise=0.02, seed=3)
-    counts = {c.id: c for c in judge_claims(folds)}["vi.counts"]
-    plain = marginal_effects(folds).query("factor == 'layers'").set_index("level")
-    assert len(counts.comparisons) == 4
-    for effect, layers in zip(counts.comparisons, (3, 4, 5, 6)):
-        assert effect.confidence == pytest.approx(0.9875)
-        assert "98.75 %" in effect.text()
-        assert effect.difference == pytest.approx(plain.loc[layers, "difference"])
-        assert effect.high - effect.low > plain.loc[layers, "high"] - plain.loc[layers, "low"]
+    from klue_tc.report.claims import Family, two_sided_p
+
+    folds = synthetic_folds(cnn_lower, noise=0.02, seed=3)
+    family = Family()
+    judge_claims(folds, family=family)
+    m = family.size
+    family.close()
+    claims = judge_claims(folds, family=family)
+    held = [e for c in claims for e in c.comparisons]
+    # Three tokenizers: all three pairs are in the family before the best is named; two are shown.
+    assert len(held) + 1 == m > 20
+    assert max(e.confidence for e in held) == pytest.approx(1 - 0.05 / m)
+    assert min(e.confidence for e in held) >= 0.95
+    raw = [min(two_sided_p(e, t) for t in (0.0,)) for e in held if e.label.startswith("cnn − ")]
+    rejected = multipletests(raw, method="holm")[0] if raw else []
+    for e, reject in zip([e for e in held if e.label.startswith("cnn − ")], rejected):
+        assert (e.high < 0 or e.low > 0) == bool(reject)
+
+
+def test_a_real_gain_below_the_negligible_margin_is_a_no_not_a_yes():
+    """The rule checks "no" first: an interval wholly between 0 and 0.01 is a gain too small to
+    change a choice (the verdict its own method line states), not a "yes"."""
+    from klue_tc.report.claims import _helps
+    from klue_tc.report.grid_model import Contrast
+
+    small = Contrast("4 − 2", 0.004, 0.001, 0.007, cells=16, se=0.0015, df=200)
+    assert _helps(small) == NO
+    assert _helps(Contrast("4 − 2", 0.016, 0.012, 0.020, cells=16, se=0.002, df=200)) == YES
+    assert _helps(Contrast("4 − 2", 0.008, -0.001, 0.017, cells=16, se=0.004, df=200)) == INCONCLUSIVE
+
+
+def test_a_gain_clear_at_95_percent_but_not_across_the_family_is_inconclusive():
+    """One weak planted gain among many comparisons: its plain interval clears zero, its Holm one does not."""
+
+    def weak(encoder, ln, layers, tokenizer):
+        return 0.012 if ln == "pre" and encoder == "transformer" else 0.0
+
+    found = {c.id: c for c in judge_claims(synthetic_folds(weak, noise=0.03, seed=17))}
+    claim = found["iv.transformer"]
+    assert claim.verdict == INCONCLUSIVE, claim.evidence
+    assert claim.low < 0 and "; 95 % +" in claim.evidence  # the plain 95 % interval alone would say yes
 
 
 def test_an_encoder_with_one_cell_so_far_is_a_difference_without_an_interval():

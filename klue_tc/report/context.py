@@ -29,6 +29,7 @@ class Verdicts:
     # Per metric, claim id -> the claim judged on every configuration (None: not judged there), for
     # each verdict the declared exclusions change.
     both_ways: Mapping[str, Mapping[str, Optional[Claim]]] = field(default_factory=dict)
+    family_size: int = 0  # the comparisons in the study's one multiplicity family (klue_tc.report.claims.Family)
 
 
 @dataclass

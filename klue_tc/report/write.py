@@ -41,28 +41,48 @@ def judge(
     factor they keep on every one (klue_tc/report/exclusions.py); where they leave any configuration
     out, each verdict they change is kept as judged without them too."""
     exclusion = exclusion if exclusion is not None else none_excluded(folds)
-    judged, not_judged = _judged(folds, metrics, grids or {}, exclusion)
+    judged, not_judged, size = _judged(folds, metrics, grids or {}, exclusion)
     both_ways = {}
     if exclusion.left_out:
-        plain, _ = _judged(folds, metrics, grids or {}, none_excluded(folds))
+        plain, _, _ = _judged(folds, metrics, grids or {}, none_excluded(folds))
         both_ways = changed_verdicts(judged, plain)
-    return Verdicts(judged, not_judged, exclusion.line(), both_ways)
+    return Verdicts(judged, not_judged, exclusion.line(), both_ways, size)
 
 
 def _judged(
     folds: pd.DataFrame, metrics: list[str], grids: dict[str, Grid], exclusion: Exclusion
+) -> tuple[dict[str, list], list[str], int]:
+    """The claims of every metric, one multiplicity family over all of them: a first pass records
+    every comparison, the second reads each at its Holm level (klue_tc.report.claims.Family)."""
+    from klue_tc.report.claims import Family
+
+    family = Family()
+    _judged_in(folds, metrics, grids, exclusion, family)
+    family.close()
+    judged, not_judged = _judged_in(folds, metrics, grids, exclusion, family)
+    return judged, not_judged, family.size
+
+
+def _judged_in(
+    folds: pd.DataFrame, metrics: list[str], grids: dict[str, Grid], exclusion: Exclusion, family
 ) -> tuple[dict[str, list], list[str]]:
     from klue_tc.report.claims import judge_claims
     from klue_tc.report.evidence import compares_every_configuration, judgeable
 
     judged, not_judged = {}, []
     for metric in metrics:
-        claims = judge_claims(folds, metric, grids.get(metric))
+        claims = judge_claims(folds, metric, grids.get(metric), family)
         if exclusion.left_out:
-            kept = {c.id: c for c in judge_claims(exclusion.folds, metric)}
+            # An exclusion's comparisons join the same family: both readings count, the conservative side.
+            excluded = f"{metric}, declared exclusion"
+            kept = {c.id: c for c in judge_claims(exclusion.folds, metric, family=family, reading=excluded)}
             claims = [c if compares_every_configuration(c.id, exclusion) else kept.get(c.id) for c in claims]
             claims = [c for c in claims if c is not None]
         judged[metric], not_judged = judgeable(folds, claims, exclusion)
+        shown = [c.id for c in judged[metric]]  # what the records cannot judge is not in the family
+        family.retain(metric, shown)
+        if exclusion.left_out:
+            family.retain(excluded, shown)
     return judged, not_judged
 
 
@@ -293,6 +313,7 @@ def write_report(
             report_command(directory, baseline, beside),
             left_out=verdicts.left_out,
             both_ways=verdicts.both_ways,
+            family_size=verdicts.family_size,
         )
         if any(verdicts.judged.values())
         else None,
