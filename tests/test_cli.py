@@ -52,7 +52,7 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
     assert (run_dir / "config.yaml").read_text().count("experiment: transformer") == 1
     last_line = out.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"transformer: CV macro-F1 \d\.\d{4} ± \d\.\d{4} over 2 fold\(s\); validation macro-F1 \d\.\d{4} .*", last_line
+        r"transformer: CV macro-F1 \d\.\d{4} ± \d\.\d{4} over 2 folds; validation macro-F1 \d\.\d{4} .*", last_line
     )
 
     # One offline W&B run per fold and one aggregate run, all in the group "<experiment>-<config hash>":
@@ -80,7 +80,7 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
     assert caplog.text.count("already finished") == 2 and "epoch 1/2" not in caplog.text
     rerun = json.loads((rerun_dir / "metrics.json").read_text())
     assert rerun["cv_f1_mean"] == metrics["cv_f1_mean"] and rerun["validation_f1"] == metrics["validation_f1"]
-    assert "2 fold(s) reused, finished from" in again.out.strip().splitlines()[-1]
+    assert "2 folds reused (finished " in again.out.strip().splitlines()[-1]
     # The rerun's directory holds the files its metrics.json names, though another run trained them.
     for fold in rerun["folds"]:
         assert not Path(fold["checkpoint"]).is_absolute() and (rerun_dir / fold["checkpoint"]).is_file()

@@ -68,9 +68,36 @@ def test_a_final_model_without_validation_titles_is_refused_in_one_line(tmp_path
         run_in_process(final_overrides(tmp_path, train), tmp_path / "run")
 
 
-def test_the_final_line_of_a_cross_validated_run_is_unchanged():
-    from klue_tc.store.records import Describe, FoldResult, RunResult
+def finished_folds(count: int, finished_at: tuple[str, ...] = ()) -> list:
+    from klue_tc.store.records import FoldResult
 
-    folds = [FoldResult(k, 0.5 + k / 10, 0.6, 1, 1, None, None, 1.0, 10, 5, None, "") for k in range(2)]
-    line = final_line(RunResult(Describe("cnn", "cnn", "post", 2, "cls", "mecab"), "k", None, 2, folds))
-    assert line == "cnn: CV macro-F1 0.5500 ± 0.0707 over 2 fold(s)"
+    folds = [FoldResult(k, 0.5 + k / 10, 0.6, 1, 1, None, None, 1.0, 10, 5, None, "") for k in range(count)]
+    for fold, when in zip(folds, finished_at):
+        fold.finished_at = when
+    return folds
+
+
+def job_result(folds: list, cv_folds: int, reused: tuple[int, ...] = ()):
+    from klue_tc.store.records import Describe, RunResult
+
+    return RunResult(Describe("cnn", "cnn", "post", 2, "cls", "mecab"), "k", None, cv_folds, folds, list(reused))
+
+
+def test_the_final_line_of_a_cross_validated_run_counts_its_folds():
+    assert final_line(job_result(finished_folds(2), 2)) == "cnn: CV macro-F1 0.5500 ± 0.0707 over 2 folds"
+
+
+def test_the_final_line_of_one_fold_gives_its_score_without_a_mean_or_spread():
+    """`cv.fold=k` runs one fold of several: no CV mean, and a ± of one value would mean nothing."""
+    folds = finished_folds(2)[1:]
+    assert final_line(job_result(folds, 5)) == "cnn: fold 1 macro-F1 0.6000 (one fold: no CV mean or spread)"
+
+
+def test_the_final_line_says_when_the_reused_folds_finished():
+    when = ("2026-12-07T20:10:02", "2026-12-07T20:04:41", "2026-12-08T01:00:00")
+    line = final_line(job_result(finished_folds(3, when), 3, reused=(0, 1)))
+    assert line.endswith("over 3 folds; 2 folds reused (finished 2026-12-07 20:04 to 20:10 UTC)")
+    line = final_line(job_result(finished_folds(3, when), 3, reused=(1, 2)))
+    assert line.endswith("; 2 folds reused (finished 2026-12-07 20:04 to 2026-12-08 01:00 UTC)")
+    line = final_line(job_result(finished_folds(3, when), 3, reused=(1,)))
+    assert line.endswith("; 1 fold reused (finished 2026-12-07 20:04 UTC)")

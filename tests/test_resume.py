@@ -58,7 +58,7 @@ def test_the_same_command_after_an_interruption_scores_and_predicts_with_the_reu
     run_in_process(job("data.validation_path=valid.tsv", "cv.fold=0"), tmp_path / "stopped")  # fold 0 finished
     run_in_process(job("data.validation_path=valid.tsv"), tmp_path / "resumed")
     out = capsys.readouterr().out
-    assert "1 fold(s) reused" in out and "validation macro-F1" in out.splitlines()[-1]
+    assert "1 fold reused (finished " in out and "validation macro-F1" in out.splitlines()[-1]
     resumed = metrics(tmp_path / "resumed")
     assert resumed["reused_folds"] == [0] and "validation_f1" in resumed
     assert [f["checkpoint"] for f in resumed["folds"]] == ["fold0/best.ckpt", "fold1/best.ckpt"]

@@ -313,24 +313,49 @@ def link_into_run(record: FoldResult, fold_dir: Path) -> FoldResult:
 
 
 def final_line(result: RunResult) -> str:
-    """The job's last line: its CV macro-F1 and, when scored, its validation macro-F1."""
-    f1 = result.f1
-    line = f"{result.describe.experiment}: CV macro-F1 {f1.mean:.4f} ± {f1.std:.4f} over {len(result.folds)} fold(s)"
+    """The job's last line: its CV macro-F1 (mean ± std over its folds) and, when scored, its
+    validation macro-F1. One fold (`cv.fold=k`) is no CV: its own score, with no mean or spread; a
+    final model (`cv.folds=1`) is scored on the validation titles alone."""
+    name, f1 = result.describe.experiment, result.f1
     if result.cv_folds == 1:  # a final model (klue_tc/jobs/folds.py): no CV, its score is the validation titles'
         model = result.folds[0]
         line = (
-            f"{result.describe.experiment}: final model on all {model.train_size + model.inner_size:,} training "
+            f"{name}: final model on all {model.train_size + model.inner_size:,} training "
             f"titles (epoch {model.best_epoch} of {model.epochs_run}, chosen on its inner split), no CV"
         )
+    elif len(result.folds) == 1:
+        fold = result.folds[0]
+        line = f"{name}: fold {fold.fold} macro-F1 {fold.f1:.4f} (one fold: no CV mean or spread)"
+    else:
+        line = f"{name}: CV macro-F1 {f1.mean:.4f} ± {f1.std:.4f} over {counted(len(result.folds), 'fold')}"
     if result.validation is not None:
         ensemble = result.validation.ensemble
         line += f"; validation macro-F1 {ensemble.f1:.4f} (accuracy {ensemble.accuracy:.4f})"
     if result.diverged_folds:
-        line += f"; fold(s) {', '.join(map(str, result.diverged_folds))} diverged (left out of the mean)"
+        diverged = result.diverged_folds
+        line += f"; {'fold' if len(diverged) == 1 else 'folds'} {', '.join(map(str, diverged))} diverged"
+        line += " (left out of the mean)" if len(result.folds) > 1 else ""
     reused = [f for f in result.folds if f.fold in result.reused_folds]
     if reused:
-        since = min(f.finished_at for f in reused)[:16].replace("T", " ")
-        line += f"; {len(reused)} fold(s) reused, finished from {since} UTC"
+        line += f"; {reused_phrase(reused)}"
         if result.reused_from_other_code:
             line += f" ({len(result.reused_from_other_code)} made by other code: results.reuse=any)"
     return line
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 fold`, `3 folds`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def reused_phrase(reused: list[FoldResult]) -> str:
+    """`3 folds reused (finished 2026-12-07 20:04 to 20:10 UTC)`: when the reused folds' training
+    ended, the earliest to the latest (minutes, UTC; the date again only where it differs)."""
+    times = sorted(f.finished_at[:16].replace("T", " ") for f in reused if f.finished_at)
+    phrase = f"{counted(len(reused), 'fold')} reused"
+    if not times:  # records of older code may lack the time
+        return phrase
+    first, last = times[0], times[-1]
+    if last == first:
+        return f"{phrase} (finished {first} UTC)"
+    return f"{phrase} (finished {first} to {last[11:] if last[:10] == first[:10] else last} UTC)"
