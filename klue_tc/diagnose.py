@@ -153,7 +153,9 @@ def report(fold: Fold, data: Path, titles: int) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m klue_tc.diagnose", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m klue_tc.diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("record", type=Path, help="a fold record: RESULTS_DIR/<config hash>/fold<k>.json")
     parser.add_argument("--titles", type=int, default=256, help="titles of the data file to probe with")
     parser.add_argument("--data", type=Path, help="the labelled file to read titles from (default: the record's)")

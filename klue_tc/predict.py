@@ -165,7 +165,9 @@ def write_rows(titles: Sequence[str], predictions: Sequence[tuple[str, float]], 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m klue_tc.predict", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m klue_tc.predict", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "run_dir", type=Path, help="a run directory holding metrics.json and fold checkpoints, or an ensemble's folder"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import torch
 
 from conftest import TINY_MODEL
@@ -55,3 +56,10 @@ def test_a_pretrained_fold_is_probed_against_a_fresh_start_and_its_plateau_named
 
     assert main([str(tmp_path / "nothing.json")]) == USER_ERROR_EXIT
     assert "nothing.json: no such fold record" in capsys.readouterr().err
+
+
+def test_help_shows_the_whole_description(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "beside a fresh initialisation of the same design, on titles of its data file." in shown

@@ -126,6 +126,14 @@ def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys
     assert err.startswith("error:") and "checkpoint" in err and len(err.strip().splitlines()) == 1
 
 
+def test_help_shows_the_whole_description(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "the average of its fold models' probabilities; or from an ensemble's folder" in shown
+    assert "its members' weighted average." in shown and "--file titles.txt --json" in shown
+
+
 def test_cli_subprocess_error_has_no_traceback(tmp_path: Path):
     done = subprocess.run(
         [sys.executable, "-m", "klue_tc.predict", str(tmp_path), "제목"],
