@@ -42,12 +42,7 @@ def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[R
         raise PredictError(f"{run_dir}: no such run directory")
     metrics_path = run_dir / "metrics.json"
     if not metrics_path.is_file():
-        jobs = sorted(p.parent for p in run_dir.glob("*/metrics.json"))
-        if jobs:  # a sweep directory: its jobs are different configurations, not one model
-            raise PredictError(
-                f"{run_dir} is a sweep directory ({len(jobs)} jobs); pass one job's run directory, e.g. {jobs[0]}"
-            )
-        raise PredictError(f"{run_dir}: no metrics.json (not a finished klue_tc run directory)")
+        raise PredictError(not_a_run_directory(run_dir))
     try:
         result = RunResult.load(metrics_path)
         folds = result.folds
@@ -65,6 +60,25 @@ def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[R
             )
         log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))
     return result, present
+
+
+def not_a_run_directory(folder: Path) -> str:
+    """Why `folder`, which holds no metrics.json, is not one run, naming the run directories it
+    holds. A Hydra sweep's folder holds multirun.yaml and one job folder per configuration (and
+    fold), however deep the sweep file nests them; a folder such as outputs/runs/<experiment> holds
+    one timestamped run directory per run of the same job (conf/config.yaml's hydra.run.dir)."""
+    # As deep as a sweep file's job folders lie (<tokenizer>/<design>/fold<k>), no deeper: a folder
+    # passed by mistake may be a large one.
+    runs = sorted(p.parent for depth in range(1, 4) for p in folder.glob("*/" * depth + "metrics.json"))
+    if (folder / "multirun.yaml").is_file():  # a sweep: its jobs are different configurations, not one model
+        jobs = f"{len(runs)} job{'s' if len(runs) != 1 else ''}"
+        example = f", e.g. {runs[0]}" if runs else " (none has finished yet)"
+        return f"{folder} is a sweep directory ({jobs}); pass one job's run directory{example}"
+    if len(runs) == 1:
+        return f"{folder} is not a run directory; pass the one it holds: {runs[0]}"
+    if runs:  # timestamped names: the last is the latest
+        return f"{folder} holds {len(runs)} run directories; pass one, e.g. {runs[-1]}"
+    return f"{folder}: no metrics.json (not a finished klue_tc run directory)"
 
 
 def predict_titles(

@@ -112,6 +112,7 @@ def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys
 
     sweep = tmp_path / "sweep"
     (sweep / "0").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n", encoding="utf-8")
     (sweep / "0" / "metrics.json").write_text((run_dir / "metrics.json").read_text(encoding="utf-8"), encoding="utf-8")
     assert main([str(sweep), "제목"]) == 2
     assert "sweep directory" in capsys.readouterr().err
@@ -124,6 +125,29 @@ def test_missing_run_or_checkpoints_exit_2(run_dir: Path, tmp_path: Path, capsys
     assert main([str(tmp_path / "broken"), "제목"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "checkpoint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_of_runs_or_a_sweep_names_what_it_holds(tmp_path: Path, capsys):
+    """outputs/runs/<experiment> holds one timestamped run directory per run of the job; a sweep's
+    folder holds multirun.yaml and its jobs, as deep as its sweep file nests them."""
+    runs = tmp_path / "outputs" / "runs" / "trans_blstm"
+    for name in ("2026-12-07_20-04-00", "2026-12-08_09-30-00"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.json").write_text("{}", encoding="utf-8")
+    assert main([str(runs), "제목"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {runs} holds 2 run directories; pass one, e.g. {runs / '2026-12-08_09-30-00'}"
+    )
+    sweep = tmp_path / "outputs" / "sweeps" / "smoke"
+    for design in ("transformer-post-L2", "cnn-post-L2"):
+        (sweep / "mecab" / design / "fold0").mkdir(parents=True)
+        (sweep / "mecab" / design / "fold0" / "metrics.json").write_text("{}", encoding="utf-8")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n", encoding="utf-8")
+    assert main([str(sweep), "제목"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {sweep} is a sweep directory (2 jobs); pass one job's run directory, e.g. "
+        f"{sweep / 'mecab' / 'cnn-post-L2' / 'fold0'}"
+    )
 
 
 def test_help_shows_the_whole_description(capsys):
