@@ -5,6 +5,8 @@ the ensemble's class offsets, scoring on the validation titles, the report and t
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -272,6 +274,39 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
     stamp = (kept / "settings.json").stat().st_mtime_ns
     assert main([str(sweep), "--no-artefact"]) == 0
     assert (kept / "settings.json").stat().st_mtime_ns == stamp
+
+
+# The longest line the stage prints, its folder's path counted as 3 characters: a terminal shows it whole.
+STAGE_LINE_BOUND = 120
+
+
+def test_the_stage_ends_with_lines_a_terminal_shows_whole(text_store, tmp_path, capsys):
+    from klue_tc.ensemble.cli import main
+
+    sweep, _, _ = text_store
+    assert main([str(sweep), "--no-artefact"]) == 0
+    lines = capsys.readouterr().out.replace(str(tmp_path), "DIR").splitlines()
+    assert max(map(len, lines)) <= STAGE_LINE_BOUND, max(lines, key=len)
+    summary = next(line for line in lines if line.startswith("ensemble of "))
+    assert re.fullmatch(
+        r"ensemble of \d members? chosen out of fold: OOF macro-F1 \d\.\d{4}; "
+        r"validation macro-F1 \d\.\d{4} \(\d\.\d{4}\.\.\d\.\d{4}\)",
+        summary,
+    )
+    assert any(line.startswith("  ensemble minus NB-SVM, char_wb 1-3-grams") for line in lines)
+    assert lines[-2:] == [
+        "soft labels: DIR/sweep/soft-labels.npz",
+        "distil a student: distill.teacher=DIR/sweep/soft-labels.npz (docs/ensembles.md)",
+    ]
+
+    # A long note (here: members that vote, and no soft labels without the runs' config.yaml) is wrapped.
+    votes = tmp_path / "votes"
+    synthetic_store(votes, {"aaaaaa000000": ("cnn", 1.6)}, seed=1)
+    synthetic_store(votes, {"bbbbbb000000": ("transformer", 1.5)}, seed=1, probs=False)
+    assert main([str(votes), "--no-artefact", "--no-baselines"]) == 0
+    lines = capsys.readouterr().out.replace(str(tmp_path), "DIR").splitlines()
+    assert max(map(len, lines)) <= STAGE_LINE_BOUND, max(lines, key=len)
+    assert lines[0].startswith("note: 1 of 2 members' records keep no probabilities") and lines[1].startswith("  ")
 
 
 def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilities(text_store):

@@ -6,6 +6,7 @@ import argparse
 import logging
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -109,32 +110,53 @@ def main(argv: Optional[list[str]] = None) -> int:
         return USER_ERROR_EXIT
     if args.wandb:
         log_to_wandb(ensemble, WandbConfig(project=args.project, mode=args.mode), args.directory.resolve().name)
-    for note in ensemble.notes:
-        print(f"note: {note}")
-    print(summary_line(ensemble))
-    print(
-        f"ensemble: {files[0]} ({', '.join(f.name for f in files[1:])} beside it)"
-        + (f"; serve it: python -m klue_tc.predict {artefact} TITLE" if artefact else "")
-    )
-    if soft_labels is not None:
-        print(f"soft labels: {soft_labels} (distil a student: distill.teacher={soft_labels}, docs/ensembles.md)")
+    print("\n".join(closing_lines(ensemble, files, artefact, soft_labels)))
     return 0
 
 
-def summary_line(ensemble) -> str:
-    chosen = ", ".join(f"{m.name} {w:.2f}" for m, w in ensemble.chosen)
-    line = f"chosen out of fold: {chosen}; OOF macro-F1 {ensemble.oof_f1:.4f}"
+def closing_lines(ensemble, files: list[Path], artefact: Optional[Path], soft_labels: Optional[Path]) -> list[str]:
+    """What the stage prints as it ends, in lines a terminal shows whole: its notes (wrapped), one
+    summary line, one line per chosen member and per comparison, then where its files are.
+    ensemble.md holds all of it and more."""
+    lines = [*wrapped_notes(ensemble.notes), summary_line(ensemble)]
+    lines += [f"  member {member.name}: weight {weight:.2f}" for member, weight in ensemble.chosen]
     scored = ensemble.validation
     if scored is not None:
-        line += f"; validation macro-F1 {scored.f1:.4f} ({scored.low:.4f}..{scored.high:.4f})"
-        line += "".join(
-            f"; minus {d.versus} {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})" for d in scored.differences
-        )
+        for d in scored.differences:
+            lines.append(f"  ensemble minus {d.versus}: {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})")
     student = ensemble.student
     if student is not None:
         d = student.versus
-        line += (
-            f"; distilled student {student.f1:.4f} ({student.low:.4f}..{student.high:.4f}), "
+        lines.append(
+            f"  distilled student {student.f1:.4f} ({student.low:.4f}..{student.high:.4f}), "
             f"ensemble minus it {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})"
         )
+    lines.append(f"report: {files[0]} ({', '.join(f.name for f in files[1:])} beside it)")
+    if artefact:
+        lines.append(f"serve it: python -m klue_tc.predict {artefact} TITLE")
+    if soft_labels is not None:
+        lines.append(f"soft labels: {soft_labels}")
+        lines.append(f"distil a student: distill.teacher={soft_labels} (docs/ensembles.md)")
+    return lines
+
+
+def wrapped_notes(notes: list[str], width: int = 100) -> list[str]:
+    """Each note as `note: ...` lines of about `width` characters (a path is never broken)."""
+    wrap = textwrap.TextWrapper(
+        width, initial_indent="note: ", subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+    return [line for note in notes for line in wrap.wrap(note)]
+
+
+def summary_line(ensemble) -> str:
+    """How many members were chosen and what the ensemble scores; each member and comparison
+    follows on a line of its own."""
+    chosen = ensemble.chosen
+    line = (
+        f"ensemble of {len(chosen)} member{'s' if len(chosen) != 1 else ''} chosen out of fold: "
+        f"OOF macro-F1 {ensemble.oof_f1:.4f}"
+    )
+    scored = ensemble.validation
+    if scored is not None:
+        line += f"; validation macro-F1 {scored.f1:.4f} ({scored.low:.4f}..{scored.high:.4f})"
     return line
