@@ -221,3 +221,36 @@ def test_a_small_sweeps_report_has_no_heading_with_nothing_under_it(tmp_path):
         assert not (len(body) == 1 and body[0].startswith("No ")), section
     left_out = next(s for s in sections if s.startswith("Not in this report"))
     assert "- linear baselines: " in left_out and "- per-class F1 and confusion matrix: " in left_out
+
+
+def test_a_note_the_sweep_file_declares_is_said_once_in_the_report_and_at_the_sweeps_end(tmp_path, monkeypatch, capsys):
+    """sweeps/smoke.yaml declares report.note (its scores are not meant to mean anything): report.md
+    says it under its title, and the report's and the sweep's last lines end with it."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    import klue_tc.report.write
+    from klue_tc.jobs.sweeps import compose_sweep
+    from klue_tc.report.cli import main
+    from klue_tc.report.sweep_callback import SweepReportCallback
+
+    note = compose_sweep("smoke").report.note
+    assert "end to end" in note and "\n" not in note
+    config = CONFIG.format(limit=500, folds=2) + yaml.safe_dump({"report": {"note": note}}, width=1000)
+    for i, layers in enumerate((2, 3)):
+        for k in range(2):
+            job = tmp_path / "sweep" / f"L{layers}" / f"fold{k}"
+            write_metrics(job, metrics("sentencepiece", "transformer", "post", layers, [(k, 0.05 + 0.01 * i)]))
+            (job / "config.yaml").write_text(config, encoding="utf-8")
+
+    assert main([str(tmp_path / "sweep"), "--no-baseline"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith(f"beside it); note: {note}")
+    head = (tmp_path / "sweep" / "report.md").read_text(encoding="utf-8").split("\n## ")[0]
+    assert head.count(note) == 1
+
+    monkeypatch.setattr(klue_tc.report.write, "write_report", lambda directory, **kwargs: None)
+    sweep = {"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}, "logger": {"name": "none", "wandb": {}}}
+    SweepReportCallback().on_multirun_end(OmegaConf.create({**sweep, "sweep": "smoke"}))
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == f"report: {tmp_path / 'sweep' / 'report.md'}; note: {note}"
+    assert out.count(note) == 1

@@ -577,9 +577,15 @@ class ReportConfig:
     run's config.yaml and the results store's, where the report reads it."""
 
     exclude: ExclusionConfig = field(default_factory=ExclusionConfig)
+    # One line on what the runs are for, which the report (report.md and its last line) and the
+    # sweep's last line print: sweeps/smoke.yaml's says its scores are not meant to mean anything.
+    note: Optional[str] = None
 
     def checks(self) -> list[Check]:
-        return self.exclude.checks()
+        return [
+            *self.exclude.checks(),
+            (self.note is None or "\n" not in self.note.strip(), "report.note must be one line"),
+        ]
 
 
 @dataclass

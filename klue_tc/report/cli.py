@@ -71,8 +71,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KlueTcError as err:
         print(f"error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT
+    from klue_tc.report.settings import declared_note
+
     written = [name for name in REPORT_FILES if (args.directory / name).is_file()]
-    print(f"report: {args.directory / 'report.md'} ({', '.join(written)} and the plots beside it)")
+    note = declared_note(args.directory)
+    print(
+        f"report: {args.directory / 'report.md'} ({', '.join(written)} and the plots beside it)"
+        + (f"; note: {note}" if note else "")
+    )
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from klue_tc.core.config import CVConfig, DataConfig, RunConfig, TrainerConfig, keyed_settings
 from klue_tc.core.errors import KlueTcError
@@ -68,3 +68,15 @@ def refuse_mixed_settings(directory: Path, config_hashes: Iterable[str]) -> None
             "cannot compare; report on a folder of one setting (a sweep re-run with other ARGS has its "
             "own: outputs/sweeps/<sweep>+<settings>)"
         )
+
+
+def declared_note(directory: Path) -> Optional[str]:
+    """The one-line note the runs below `directory` declared for their report (`report.note`, set by
+    their sweep file: sweeps/smoke.yaml's says its scores mean nothing); None where none did. Notes
+    that differ between runs are all given, in order."""
+    notes = []
+    for config in configs_by_key(Path(directory)).values():
+        note = (config.get("report") or {}).get("note")
+        if isinstance(note, str) and note.strip() and " ".join(note.split()) not in notes:
+            notes.append(" ".join(note.split()))
+    return "; ".join(notes) or None

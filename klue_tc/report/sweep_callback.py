@@ -38,4 +38,8 @@ class SweepReportCallback(Callback):
 
             if line := offline_runs_line(sweep_dir):
                 print(line, flush=True)
-        print(f"report: {sweep_dir / 'report.md'}", flush=True)  # the sweep's last line: where its answer is
+        from klue_tc.report.settings import declared_note
+
+        note = declared_note(sweep_dir)  # what the sweep file says its runs are for (sweeps/smoke.yaml)
+        # the sweep's last line: where its answer is
+        print(f"report: {sweep_dir / 'report.md'}" + (f"; note: {note}" if note else ""), flush=True)

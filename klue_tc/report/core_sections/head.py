@@ -8,6 +8,7 @@ import pandas as pd
 
 from klue_tc.report.context import Report
 from klue_tc.report.loading import Recipe
+from klue_tc.report.settings import declared_note
 
 
 def head_lines(report: Report) -> list[str]:
@@ -22,6 +23,8 @@ def head_lines(report: Report) -> list[str]:
         + (f" Written, with the files and plots beside it, by `{report.command}`." if report.command else ""),
         "",
     ]
+    if note := declared_note(report.directory):
+        lines += [f"**Note** (the runs' sweep file declares it): {note}", ""]
     if report.recipe is not None:
         lines += [recipe_line(report.recipe, folds), ""]
     lines += [selection_line(folds), ""]
