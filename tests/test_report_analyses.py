@@ -565,33 +565,61 @@ def test_a_pretraining_that_names_its_machine_is_timed_there_whichever_fold_wait
 
 
 def stall_summary(*checks: tuple[float, float, bool], max_restarts: int = 2) -> dict:
-    """The stall rule's record: (lr, loss, restarted) per check, on a 7.82-nat plateau at step 560."""
+    """The stall rule's record: (lr, loss, restarted) per check, on a 7.82-nat plateau at step 560,
+    each attempt 120 seconds in at its check."""
     rule = {"max_restarts": max_restarts, "check_at": 0.5, "margin": 0.5, "lr_factor": 0.5}
     rows = [
-        {"attempt": i, "lr": lr, "step": 560, "loss": loss, "plateau": 7.82, "margin": 0.5, "restarted": restarted}
+        {
+            "attempt": i,
+            "lr": lr,
+            "step": 560,
+            "loss": loss,
+            "plateau": 7.82,
+            "margin": 0.5,
+            "restarted": restarted,
+            "seconds": 120.0,
+        }
         for i, (lr, loss, restarted) in enumerate(checks)
     ]
     restarts = sum(r["restarted"] for r in rows)
     return {"rule": rule, "checks": rows, "restarts": restarts, "lr": 1e-3 * 0.5**restarts}
 
 
-def test_the_stall_rule_s_checks_and_restarts_are_tabled_per_configuration_and_in_report_csv():
+def table_rows(text: str, header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header starts with `header`, each a list of its cells."""
+    lines = text.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_stall_rule_s_checks_and_restarts_are_tabled_per_pretraining_and_in_report_csv():
     from klue_tc.report.pretrained import pretraining_section
 
     two, four = (Describe("trans_blstm", "trans_blstm", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
     left = stall_summary((1e-3, 7.27, False))
     restarted = stall_summary((1e-3, 7.80, True), (5e-4, 7.08, False))
     folds = [
-        record("p2", 0, describe=two, pretrained={**pretrained_from("e2", 60.0), "stall": left}),
-        record("p4", 0, describe=four, pretrained={**pretrained_from("e4", 60.0), "stall": restarted}),
+        record("p2", 0, describe=two, pretrained={**pretrained_from("e2", 60.0), "seed": 42, "stall": left}),
+        record("p4", 0, describe=four, pretrained={**pretrained_from("e4", 60.0), "seed": 42, "stall": restarted}),
     ]
     section = pretraining_section(folds)
     text = "\n".join(section.lines)
+    assert "The stall rule (pretrain.stall, as the pretrainings' records set it)" in text
+    assert "before the jobs ran" not in text
     assert "at 0.5 of the step budget" in text and "at most 2 time(s)" in text
-    assert "1 of 2 pretrainings were restarted" in text
+    assert "1 of 2 pretrainings that record the check were restarted (the rows marked yes)." in text
+    assert "| configuration | layers | seed | restarted | attempt 1 | attempt 2 |" in text
     assert (
-        "| mecab / trans_blstm / post | lr 0.001: 7.27 at step 560, left it | lr 0.001: 7.80 at step 560, "
-        "restarted at lr 0.0005; lr 0.0005: 7.08 at step 560, left it |"
+        "| mecab / trans_blstm / post | 2 | 42 | no | lr 0.001: 7.27 at step 560, left the plateau: kept | – |" in text
+    )
+    assert (
+        "| mecab / trans_blstm / post | 4 | 42 | yes | lr 0.001: 7.80 at step 560, on the plateau: restarted at lr "
+        "0.0005 after its 560 steps, 2 min | lr 0.0005: 7.08 at step 560, left the plateau: kept |"
     ) in text
     assert section.columns.loc["p4"].to_dict() == {"pretrain_restarts": 1, "pretrain_lr": 5e-4}
     assert section.columns.loc["p2"].to_dict() == {"pretrain_restarts": 0, "pretrain_lr": 1e-3}
@@ -601,10 +629,58 @@ def test_the_stall_rule_s_checks_and_restarts_are_tabled_per_configuration_and_i
         )
     ]
     assert "is off (pretrain.stall.max_restarts=0)" in "\n".join(pretraining_section(off).lines)
-    assert "on the plateau" in "\n".join(pretraining_section(off).lines)
+    assert "7.60 at step 560, on the plateau: kept" in "\n".join(pretraining_section(off).lines)
     older = [replace(folds[0], pretrained=pretrained_from("e2", 60.0))]  # records of code before the rule
     assert "stall rule" not in "\n".join(pretraining_section(older).lines)
     assert pretraining_section(older).columns.empty
+
+
+def test_two_seeds_of_one_cell_are_each_a_row_of_the_restart_and_loss_tables():
+    """One configuration pretrained with seeds 42 and 43 (one cell of the comparisons), only seed
+    43's pretraining restarted, beside an older pretraining that records neither seed nor check:
+    the count of restarts is the restart table's rows marked restarted, every seed has its loss,
+    and report.csv's row of the cell counts both seeds' restarts."""
+    from klue_tc.report.pretrained import pretraining_section
+
+    two, four = (Describe("trans_blstm", "trans_blstm", "post", n, "cls", "mecab", "mlm") for n in (2, 4))
+    left = stall_summary((1e-3, 7.20, False))
+    restarted = stall_summary((1e-3, 7.80, True), (5e-4, 6.90, False))
+
+    def pretrained(key: str, seed: int, stall: dict, loss: float) -> dict:
+        ran = {"device": "CPU A", "threads": 1, "final_loss": loss, "final_loss_steps": 50}
+        return {**pretrained_from(key, 60.0), "seed": seed, "stall": stall, **ran}
+
+    folds = [
+        *(record("p4", k, describe=four, pretrained=pretrained("e42", 42, left, 6.5)) for k in range(2)),
+        *(record("p4s43", k, describe=four, pretrained=pretrained("e43", 43, restarted, 6.9)) for k in range(2)),
+        record("p2", 0, describe=two, pretrained={**pretrained_from("e2", 60.0), "final_loss": 6.1}),
+    ]
+    section = pretraining_section(folds)
+    text = "\n".join(section.lines)
+    assert "1 of 2 pretrainings that record the check were restarted" in text
+    assert "the records of the other 1 hold no check (not recorded)" in text
+    stalls = table_rows(text, "| configuration | layers | seed | restarted |")
+    assert [row[1:4] for row in stalls] == [["4", "42", "no"], ["4", "43", "yes"]]
+    assert sum(row[3].startswith("yes") for row in stalls) == 1  # the count in the sentence
+    assert (
+        stalls[1][4] == "lr 0.001: 7.80 at step 560, on the plateau: restarted at lr 0.0005 after its 560 steps, 2 min"
+    )
+    assert stalls[1][5] == "lr 0.0005: 6.90 at step 560, left the plateau: kept"
+    losses = table_rows(text, "| configuration | seed | 2 layers | 4 layers |")
+    assert [row[1:] for row in losses] == [
+        ["42", "–", "6.50 (mean of 50)"],
+        ["43", "–", "6.90 (mean of 50)"],
+        ["not recorded", "6.10", "–"],
+    ]
+    assert (
+        "| mecab / trans_blstm / post | 42 | 1 |\n| mecab / trans_blstm / post | 43 | 1 |" in text
+    )  # minutes per seed
+    per_key = section.columns
+    assert per_key.loc["p4"].to_dict() == {"pretrain_restarts": 0, "pretrain_lr": 1e-3}
+    assert per_key.loc["p4s43"].to_dict() == {"pretrain_restarts": 1, "pretrain_lr": 5e-4}
+    cell = pretraining_section(folds, {"p4": "p4", "p4s43": "p4"}).columns  # report.csv's row: the cell
+    assert list(cell.index) == ["p4"] and cell.loc["p4", "pretrain_restarts"] == 1
+    assert pd.isna(cell.loc["p4", "pretrain_lr"])  # its seeds ended at different rates: the table gives each
 
 
 def test_the_analyses_read_a_replicated_cell_as_one_configuration_and_skip_a_key_not_read():

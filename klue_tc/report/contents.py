@@ -21,7 +21,7 @@ from klue_tc.report.ensemble_summary import ensemble_section
 from klue_tc.report.markdown import METRICS
 from klue_tc.report.per_class import per_class_section
 from klue_tc.report.pretrained import pretraining_section
-from klue_tc.report.replicates import spread_lines
+from klue_tc.report.replicates import cells_by_key, spread_lines
 from klue_tc.report.sizes import size_section
 from klue_tc.report.speed import speed_section
 
@@ -45,7 +45,12 @@ SECTIONS: list[Section] = [
     ),
     Analysis("The ensemble", lambda report: ensemble_section(report.directory)),
     Analysis("Model sizes", lambda report: size_section(report.cell_records, report.directory, report.baselines)),
-    Analysis("The pretrained encoders", lambda report: pretraining_section(report.records)),
+    Analysis(
+        "The pretrained encoders",
+        lambda report: pretraining_section(
+            report.records, {key: cell for key, (cell, _) in cells_by_key(report.folds).items()}
+        ),
+    ),
     Analysis("Seconds per epoch", lambda report: speed_section(report.records)),
     Analysis("Per class", lambda report: per_class_section(report.cell_records, report.directory, report.baselines)),
     Analysis("Class mix", lambda report: class_mix_section(report.cell_records, report.recipe, report.baselines)),

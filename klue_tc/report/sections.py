@@ -60,22 +60,52 @@ def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
     return frame.assign(label=label, row=label.str.replace(r" / L\d+", "", regex=True))
 
 
-def by_design(frame: pd.DataFrame, records: Sequence[FoldResult], cell: Callable[[pd.DataFrame], str]) -> pd.DataFrame:
+def by_design(
+    frame: pd.DataFrame,
+    records: Sequence[FoldResult],
+    cell: Callable[[pd.DataFrame], str],
+    split: Optional[str] = None,
+    always: bool = False,
+) -> pd.DataFrame:
     """A table with a row per configuration without its layer count (in the study's order) and a
     column per layer count: each cell `cell(rows)` of the frame's rows (keyed by config_hash)
-    that fall in it, '–' where none do."""
+    that fall in it, '–' where none do. With `split` (a column of the frame: the pretraining seed),
+    wherever a cell would hold rows of several values of it, a row per configuration and value
+    instead (indexed by both; `seed_label` names each value, 'not recorded' where it is missing);
+    `always`: so split whether or not one does (as a table beside one that is split)."""
     designs = configurations(records)
     frame = frame.join(designs[["row", "layers"]], on="config_hash")
     order = [r for r in dict.fromkeys(designs["row"]) if r in set(frame["row"])]
-    cells = pd.Series({place: cell(rows) for place, rows in frame.groupby(["row", "layers"], sort=False)})
-    cells.index.names = ["row", "layers"]
+    rows = ["row"]
+    if split is not None and (always or frame.groupby(["row", "layers"])[split].nunique(dropna=False).max() > 1):
+        frame = frame.assign(**{split: frame[split].map(seed_label)})
+        order = [
+            (row, value)
+            for row in order
+            for value in sorted(
+                set(frame.loc[frame["row"] == row, split]), key=lambda v: (not v.isdigit(), v.zfill(12))
+            )
+        ]
+        rows.append(split)
+    cells = pd.Series({place: cell(part) for place, part in frame.groupby([*rows, "layers"], sort=False)})
+    cells.index.names = [*rows, "layers"]
     table = cells.unstack("layers")
-    return table.reindex(index=order, columns=sorted(frame["layers"].unique())).fillna("–")
+    index = pd.MultiIndex.from_tuples(order, names=rows) if len(rows) > 1 else order
+    return table.reindex(index=index, columns=sorted(frame["layers"].unique())).fillna("–")
+
+
+def seed_label(seed) -> str:
+    """A pretraining seed as the tables show it: the number, or 'not recorded' where a record lacks it."""
+    return "not recorded" if seed is None or pd.isna(seed) else str(int(seed))
 
 
 def layer_table(table: pd.DataFrame) -> list[str]:
-    """A by_design table as Markdown: the configuration, then a column per layer count."""
-
+    """A by_design table as Markdown: the configuration (and, split, the value splitting its rows,
+    as `split`'s name), then a column per layer count."""
+    if table.index.nlevels > 1:
+        split = table.index.names[1]
+        table = table.reset_index(level=split)
+        return markdown_table(table, ["configuration", split, *(f"{n} layers" for n in table.columns[1:])])
     return markdown_table(table, ["configuration", *(f"{n} layers" for n in table.columns)])
 
 
