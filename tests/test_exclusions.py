@@ -1,5 +1,5 @@
-"""Configurations are left out of the report's comparisons only by rules the runs declared before they
-ran (report.exclude): none by default; declared, they leave out whom they name, and every verdict that
+"""Configurations are left out of the report's comparisons only by rules the runs' configs declare
+(report.exclude): none by default; declared, they leave out whom they name, and every verdict that
 changes is shown both ways."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_declared_rules_leave_out_whom_they_name_and_each_changed_verdict_is_sho
     claims = claims_of(verdicts)
     assert abs(claims["iv"].difference) < 0.01 and claims["iii"].verdict == "refuted"
     assert claims["vii.trans_blstm"].difference < -0.05  # kept in pretraining's comparisons, as declared
-    assert "declared before they ran" in verdicts.left_out and "but pretrain's" in verdicts.left_out
+    assert "the runs' configs declare (report.exclude: " in verdicts.left_out and "but pretrain's" in verdicts.left_out
     changed = verdicts.both_ways["f1"]
     assert changed["iv"].verdict == "yes" and changed["iii"].verdict == "reproduced"
     assert "vii" not in changed and "vii.trans_blstm" not in changed  # the same comparison either way
@@ -108,7 +108,9 @@ def test_the_report_reads_the_declared_rules_from_the_runs_configs_and_shows_bot
     write_report(tmp_path, baseline=False)
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     verdicts = verdicts_section(markdown)
-    assert "1 configuration(s) left out of every comparison by the exclusion rules the runs declared" in verdicts
+    assert (
+        "1 configuration(s) left out of every comparison by the exclusion rules the runs' configs declare" in verdicts
+    )
     assert "mecab / transformer / post / L4 / none (0.100): near_chance" in verdicts
     assert "verdicts the declared exclusion changes: (iv) no" in verdicts and "yes (+0.3" in verdicts
     claims = (tmp_path / "claims.md").read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ Modules, one job each: loading (records and run settings in), summary (one row p
 the grid's gaps, the baseline), grid_model (one model of the whole grid: every interval and the
 best's ties), title_bootstrap (validation intervals that resample titles too), effects, interactions
 and claims (contrasts of the grid model and the verdicts), evidence (what the records can answer),
-exclusions (the configurations left out, only by rules the runs declared before they ran),
+exclusions (the configurations left out, only by rules the runs' configs declare),
 render (Markdown, CSV and the terminal's tables), plots; the further sections, each from the whole
 fold records (sections says what they hand back): baselines (TF-IDF + SVM and NB-SVM side by side),
 sizes (parameters, FLOPs, F1 against size), speed (seconds per epoch per machine), per_class

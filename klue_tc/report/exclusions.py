@@ -1,4 +1,4 @@
-"""Configurations left out of the report's comparisons: only by rules the runs declared before they ran.
+"""Configurations left out of the report's comparisons: only by rules the runs' configs declare.
 
 A sweep file declares them under `report.exclude` (klue_tc/core/config.py ExclusionConfig: named rules with
 their parameters, none by default); every job writes its resolved config, the declaration with it,
@@ -129,7 +129,7 @@ class Exclusion:
         kept = f" but {', '.join(self.kept_in)}'s" if self.kept_in else ""
         return (
             f"{len(self.left_out)} configuration(s) left out of every comparison{kept} by the exclusion rules the "
-            f"runs declared before they ran ({self.rules}): {', '.join(self.left_out)}; every verdict this "
+            f"runs' configs declare (report.exclude: {self.rules}): {', '.join(self.left_out)}; every verdict this "
             "changes is shown both ways"
         )
 

@@ -296,7 +296,7 @@ def write_report(
     missing, missing_count = missing_cells(summary, recipe.cv.folds if recipe is not None else None)
     metrics = [m for m in METRICS if folds[m].notna().any()]
     grids = {m: Grid(folds, m) for m in metrics}
-    declared = declared_exclusions(directory)  # the rules the runs declared before they ran: none by default
+    declared = declared_exclusions(directory)  # the rules the runs' configs declare: none by default
     exclusion = apply_exclusions(folds, declared)  # shared by every comparison below
     bootstraps = {"validation_f1": titles, "f1": cv_bootstrap(folds, records)}
     effects = effects_of(folds, metrics, grids, bootstraps, exclusion)
