@@ -62,14 +62,13 @@ def compose_member(member: str, spec: dict, repo: Path = REPO_ROOT):
 def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray, work: Path) -> Path:
     """The folder: each record as a member of ENSEMBLE_FOLDS fold models, the linear baselines beside them,
     every member weighted alike."""
-    import joblib
-
     from klue_tc.ensemble.artefact import write_artefact
     from klue_tc.ensemble.linear import LinearFold
     from klue_tc.ensemble.members import LINEAR, NEURAL, Member, Titles
     from klue_tc.ensemble.selection import Selection
     from klue_tc.ensemble.stage import Ensemble
     from klue_tc.training.baseline import BASELINES
+    from klue_tc.training.linear_files import model_path, save_linear_model
 
     texts, labels = [data.texts[i] for i in train_rows], data.labels[train_rows]
     unknown = np.full((len(labels), data.num_classes), 1 / data.num_classes)  # no out-of-fold predictions here
@@ -77,12 +76,9 @@ def build_artefact(records: list, names: list[str], data, train_rows: np.ndarray
     for member, record in zip(members, records):
         member.folds = [replace(record, fold=k) for k in range(ENSEMBLE_FOLDS)]
     for baseline in BASELINES:
-        model = baseline.pipeline().fit(texts, labels)
-        joblib.dump(model, work / f"{baseline.short_name}.joblib")
-        folds = [
-            LinearFold(k, baseline.default_c, 1.0, None, work / f"{baseline.short_name}.joblib")
-            for k in range(ENSEMBLE_FOLDS)
-        ]
+        saved = model_path(work, baseline.short_name)
+        save_linear_model(baseline.pipeline().fit(texts, labels), saved)
+        folds = [LinearFold(k, baseline.default_c, 1.0, None, saved) for k in range(ENSEMBLE_FOLDS)]
         members.append(Member(baseline.short_name, baseline.name, LINEAR, unknown, None, folds=folds))
     selection = Selection((1,) * len(members), tuple(range(len(members))), (float("nan"),), (float("nan"),), 1)
     ensemble = Ensemble(work, members, Titles(labels, None, data.num_classes), selection, list(data.label_names))

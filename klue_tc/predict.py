@@ -5,6 +5,12 @@ python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성�
 python -m klue_tc.predict RUN_DIR --file titles.txt --json
 python -m klue_tc.predict outputs/sweeps/ensemble/ensemble-model "삼성전자, 새 반도체 공장 착공"
 python -m klue_tc.predict RUN_DIR --file titles.txt > predictions.csv   # CSV where stdout is no terminal
+python -m klue_tc.predict --convert FOLDER   # an older folder's pickled models, once, as arrays and JSON
+
+Nothing a folder holds is run: checkpoints are read as tensors and plain values, linear models as
+arrays and JSON. A folder holding a pickle (.pkl, .pickle, .joblib, or a checkpoint that needs more
+than tensors) is refused in one line; --convert rewrites it once, loading its pickles: only for a
+folder you trust.
 """
 
 from __future__ import annotations
@@ -109,11 +115,7 @@ def predict_titles(
     else:
         named_in = "metrics.json"
         result, records = _run_and_folds(run_dir, available_only)
-        from klue_tc.training.inference import (
-            ensemble_probs,  # torch/lightning only once the inputs are known to be good
-        )
-
-        probs = ensemble_probs(records, titles, batch_size)
+        probs = run_probs(Path(run_dir), records, titles, batch_size)
         names = result.label_names or LABEL_NAMES  # runs from before label sets were saved are YNAT's
     if probs.shape[1] != len(names):
         raise PredictError(
@@ -121,6 +123,26 @@ def predict_titles(
         )
     best = probs.argmax(axis=1)
     return [(names[k], float(p[k])) for k, p in zip(best, probs)]
+
+
+def run_probs(run_dir: Path, records: Sequence[FoldResult], titles: Sequence[str], batch_size: int):
+    """The run's fold models' mean probabilities, each checkpoint checked against its record's
+    checksum and read as tensors and plain values only; a run directory holding a pickle is
+    refused before any model is read."""
+    import numpy as np
+
+    from klue_tc.core.checksums import require_checksum
+    from klue_tc.core.pickles import refuse_pickles
+    from klue_tc.ensemble.serving import neural_fold_probs  # torch/lightning only once the inputs are good
+
+    refuse_pickles(run_dir)
+    probs = []
+    for record in records:
+        require_checksum(Path(record.checkpoint), record.checkpoint_sha256, "the fold's record")
+        probs.append(
+            neural_fold_probs(Path(record.checkpoint), Path(record.tokenizer_dir), titles, batch_size, folder=run_dir)
+        )
+    return np.mean(probs, axis=0)
 
 
 def read_titles(path: Path) -> list[str]:
@@ -204,10 +226,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         action="store_true",
         help="ensemble the folds whose checkpoints are on disk when some are missing",
     )
+    parser.add_argument(
+        "--convert",
+        action="store_true",
+        help="rewrite the folder's pickled models (an older version's) as arrays and JSON, once, and remove "
+        "the pickles; it loads them, so only for a folder you trust",
+    )
     args = parser.parse_intermixed_args(argv)  # titles after an option too: `RUN --json "title"`
     if args.batch_size < 1:
         parser.error("--batch-size must be positive")
+    if args.convert and (args.titles or args.file):
+        parser.error("--convert takes a folder only, no titles")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    if args.convert:
+        return convert(args.run_dir)
     try:
         titles = [argument_title(t, i) for i, t in enumerate(args.titles, 1)]
         titles = [normalise_title(t) for t in titles] + (read_titles(args.file) if args.file else [])
@@ -222,6 +254,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         print_table(titles, predictions)
     else:
         write_rows(titles, predictions, form)
+    return 0
+
+
+def convert(folder: Path) -> int:
+    from klue_tc.ensemble.convert import convert_folder
+
+    try:
+        lines = convert_folder(folder)
+    except (KlueTcError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    print("\n".join(lines))
     return 0
 
 

@@ -268,7 +268,7 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
     # The baselines' fold models and probabilities are kept, and read again, not fitted again.
     kept = sweep / "baselines" / "tfidf-svm"
     assert sorted(p.name for p in kept.iterdir()) == [
-        *(f"fold{k}.{ext}" for k in range(FOLDS) for ext in ("joblib", "predicted.npz")),
+        *(f"fold{k}.{ext}" for k in range(FOLDS) for ext in ("model.json", "model.npz", "predicted.npz")),
         "settings.json",
     ]
     stamp = (kept / "settings.json").stat().st_mtime_ns

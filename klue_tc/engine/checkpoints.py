@@ -1,9 +1,11 @@
-"""A fold's checkpoints: the resumable training state while it trains, the slim best weights after."""
+"""A fold's checkpoints: the resumable training state while it trains, the slim best weights after.
+klue_tc reads each as tensors and plain values only (torch.load's weights_only), so none runs code."""
 
 from __future__ import annotations
 
 import io
 import logging
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from klue_tc.core import interrupts
 from klue_tc.core.checksums import require_sidecar_checksum, sidecar, write_with_sidecar
 from klue_tc.core.errors import DamagedFileError
 from klue_tc.core.files import atomic_write_bytes
+from klue_tc.core.pickles import refusal
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +32,25 @@ def save_weights_only(source: Path, target: Path) -> None:
     checkpoints also hold the optimiser state and the un-averaged weights: 4x the size, over
     hundreds of jobs)."""
     require_sidecar_checksum(source)
-    full = torch.load(source, map_location="cpu", weights_only=False)
+    full = torch.load(source, map_location="cpu", weights_only=True)
     slim = {
         k: full[k]
         for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version", "epoch", "global_step")
         if k in full
     }
     save_atomically(slim, target)
+
+
+def load_weights_only(path: Path, map_location: Any = "cpu", folder: Optional[Path] = None) -> dict:
+    """The checkpoint at `path` as tensors and plain values only; one that holds other objects
+    (whose loading could run code) is a PickleRefused naming it and the conversion command for
+    `folder`, and is not loaded."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "weights only" not in str(err).lower():  # a damaged file, not a refused object
+            raise
+        raise refusal(Path(path), folder, "a torch file holding objects beyond tensors and plain values") from None
 
 
 def save_atomically(checkpoint: dict, path: Path, checksum: bool = False) -> None:
@@ -81,7 +96,7 @@ def resume_point(fold: int, state_dir: Path, resume: bool) -> Optional[Path]:
             # mmap maps the tensors rather than reading them (the file is 50 MB with the EMA)
             for checkpoint in sorted(state_dir.glob("*.ckpt")):  # the best so far is resumed with it
                 require_sidecar_checksum(checkpoint)
-            saved = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+            saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
             position = saved.get("FoldDataModule", {})
             if bool(saved.get("callbacks", {}).get("RandomState", {}).get("mid_epoch", False)):
                 log.info(

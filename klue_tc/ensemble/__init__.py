@@ -6,5 +6,6 @@ linear baselines as candidate members, everything chosen on out-of-fold predicti
 members.py reads the candidates from the records, linear.py fits the baselines on the same folds,
 calibration.py and selection.py choose temperatures and weights, stage.py puts them together and
 scoring.py scores them on the validation titles; report.py writes ensemble.md and ensemble.csv,
-artefact.py the folder `python -m klue_tc.predict` serves (serving.py runs the fold models).
+artefact.py the folder `python -m klue_tc.predict` serves (serving.py runs the fold models; convert.py
+rewrites an older version's pickled models once, `python -m klue_tc.predict --convert DIR`).
 """

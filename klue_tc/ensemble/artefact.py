@@ -2,8 +2,10 @@
 checkpoints and tokenizers, hard-linked where the file system allows; the linear baselines' fitted
 models) and ensemble.json, which names them relative to the folder with their weights and
 temperatures and holds the ensemble's class offsets. `python -m klue_tc.predict <folder> "title"`
-serves it as it serves a run directory; the folder may be moved or copied anywhere. Like a
-checkpoint, the models are pickles: load only folders you trust."""
+serves it as it serves a run directory; the folder may be moved or copied anywhere. Nothing in it is
+a pickle: the checkpoints are read as tensors and plain values, the linear models as arrays and JSON
+(klue_tc/training/linear_files.py), so serving it runs no code from it. A folder holding a pickle
+(an older version's fold<k>.joblib) is refused in one line naming the command that converts it."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ if TYPE_CHECKING:
 
 MANIFEST = "ensemble.json"
 FORMAT = "klue_tc ensemble"
-VERSION = 2  # 2: class offsets; a version-1 folder (none) is still served
-READABLE_VERSIONS = (1, VERSION)
+# 2: class offsets; a version-1 folder (none) is still served. 3: the linear models as arrays and
+# JSON; a folder of version 1 or 2 whose linear models are pickles is converted once (--convert).
+VERSION = 3
+READABLE_VERSIONS = (1, 2, VERSION)
 
 
 class ArtefactError(KlueTcError):
@@ -52,16 +56,23 @@ def neural_folds(member, target: Path, folder: str) -> list[dict]:
 
 def linear_folds(member, target: Path, folder: str) -> list[dict]:
     from klue_tc.core.files import link_or_copy
+    from klue_tc.training.linear_files import model_files, model_path
 
     folds = []
     (target / folder).mkdir(parents=True)
-    if member.restore is not None and not all(f.model.is_file() for f in member.folds):
+
+    def on_disk(fold) -> bool:
+        return all(p.is_file() for p in model_files(fold.model))
+
+    if member.restore is not None and not all(on_disk(f) for f in member.folds):
         member.restore()
     for fold in member.folds:
-        if not fold.model.is_file():
+        if not on_disk(fold):
             raise ArtefactError(f"{member.name}: fold {fold.fold}'s model {fold.model} is missing")
-        name = f"{folder}/fold{fold.fold}.joblib"
-        link_or_copy(fold.model, target / name)
+        name = model_path(Path(folder), f"fold{fold.fold}")
+        for source, copy in zip(model_files(fold.model), model_files(target / name)):
+            link_or_copy(source, copy)
+        name = name.as_posix()
         folds.append({"fold": fold.fold, "model": name, "temperature": fold.temperature, "setting": fold.setting})
     return folds
 
@@ -144,10 +155,12 @@ def artefact_probs(
     """The ensemble's probabilities for `titles`, and the classes' names: each member's fold
     models averaged (calibrated, or as votes), the members weighted and the mean offset by class, as
     the ensemble stage scored them."""
+    from klue_tc.core.pickles import refuse_pickles
     from klue_tc.ensemble.calibration import offset
 
     directory = Path(directory)
     manifest = read_manifest(directory)
+    refuse_pickles(directory)  # before any model is read
     classes = len(manifest["label_names"])
     total = None
     for member in manifest["members"]:
@@ -173,6 +186,6 @@ def member_probs(
             checkpoint, tokenizer = directory / fold["checkpoint"], directory / fold["tokenizer"]
             if not checkpoint.is_file() or not tokenizer.is_dir():
                 raise ArtefactError(f"{directory}: {member['name']} fold {fold['fold']}'s model is missing")
-            probs = neural_fold_probs(checkpoint, tokenizer, titles, batch_size)
+            probs = neural_fold_probs(checkpoint, tokenizer, titles, batch_size, folder=directory)
         parts.append(as_votes(probs) if member["votes"] else tempered(logits_of(probs), member["temperature"]))
     return np.mean(parts, axis=0)

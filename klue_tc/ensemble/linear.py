@@ -4,10 +4,10 @@ Each fold's model is fitted as the report's baseline is (on the training fold le
 its setting chosen on that split), and its probabilities are the softmax of its decision scores at
 a temperature chosen by log-loss on the same inner split: the scored fold and the validation titles
 choose nothing. Kept in <dir>/baselines/<name>/: each fold's predictions with their probabilities
-(fold<k>.predicted.npz, as the results store keeps a fold's), its fitted model (fold<k>.joblib,
-large, never committed) and settings.json, which names the titles and settings they were fitted on
-(fitted again when those change) and the validation titles they were scored on (scored again when
-those change).
+(fold<k>.predicted.npz, as the results store keeps a fold's), its fitted model as arrays and JSON
+(fold<k>.model.json and fold<k>.model.npz, klue_tc/training/linear_files.py; large, never committed)
+and settings.json, which names the titles and settings they were fitted on (fitted again when those
+change) and the validation titles they were scored on (scored again when those change).
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from klue_tc.core.files import atomic_write, atomic_write_json
+from klue_tc.core.files import atomic_write_json
+from klue_tc.core.pickles import refuse_pickles
 from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.members import LINEAR, Member, Titles
 from klue_tc.ensemble.serving import decision_scores, linear_fold_probs
 from klue_tc.store.records import FoldPredictions, TitlePredictions
 from klue_tc.training.baseline import BASELINES, LinearBaseline, fit_choosing_c, runs_titles
+from klue_tc.training.linear_files import model_files, model_path, save_linear_model
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class LinearFold:
     setting: Any  # C, or NB-SVM's [C, beta]
     temperature: float  # of the softmax over its decision scores, chosen on the inner split
     inner_f1: Optional[float]
-    model: Path  # its fitted pipeline (joblib)
+    model: Path  # its fitted pipeline's settings (fold<k>.model.json), its arrays beside them
 
 
 def store_key(baseline: LinearBaseline, recipe: Any, data: Any) -> dict:
@@ -98,11 +100,9 @@ class LinearStore:
         return self.folder / f"fold{fold}.predicted.npz"
 
     def model_path(self, fold: int) -> Path:
-        return self.folder / f"fold{fold}.joblib"
+        return model_path(self.folder, f"fold{fold}")
 
     def compute(self, recipe: Any, data: Any) -> None:
-        import joblib
-
         from klue_tc.data.titles import title_folds
 
         log.warning("fitting %s on the runs' %d folds (kept in %s)", self.baseline.name, recipe.cv.folds, self.folder)
@@ -115,7 +115,7 @@ class LinearStore:
             )
             scored = tempered(decision_scores(model, [data.texts[i] for i in held], data.num_classes), temperature)
             FoldPredictions(TitlePredictions.of(held, data.labels[held], scored)).save(self.predictions_path(fold))
-            atomic_write(self.model_path(fold), lambda tmp, m=model: joblib.dump(m, tmp))
+            save_linear_model(model, self.model_path(fold))
             folds.append({"fold": fold, "setting": setting, "temperature": temperature, "inner_f1": inner_f1})
         atomic_write_json(self.folder / SETTINGS_FILE, {"key": self.key, "folds": folds, "validation": None})
 
@@ -140,9 +140,7 @@ class LinearStore:
     def refit_missing_models(self, recipe: Any, data: Any, folds: Sequence[LinearFold]) -> None:
         """Fold models whose file is gone (a clone keeps the predictions, not the models) are fitted
         again with the setting their fold chose: the same optimum, up to the solver's tolerance."""
-        import joblib
-
-        missing = [f for f in folds if not f.model.is_file()]
+        missing = [f for f in folds if not all(p.is_file() for p in model_files(f.model))]
         if missing:
             log.warning(
                 "refitting %s's fold model(s) %s with their settings", self.baseline.name, [f.fold for f in missing]
@@ -151,7 +149,7 @@ class LinearStore:
             rows = fit_titles(recipe, data, fold.fold)
             setting = tuple(fold.setting) if isinstance(fold.setting, list) else fold.setting
             model = self.baseline.pipeline(setting).fit([data.texts[i] for i in rows], data.labels[rows])
-            atomic_write(fold.model, lambda tmp, m=model: joblib.dump(m, tmp))
+            save_linear_model(model, fold.model)
 
     def score_validation(
         self, folds: Sequence[LinearFold], predictions: Sequence[FoldPredictions], validation: Any
@@ -171,8 +169,11 @@ class LinearStore:
 def linear_member(
     baseline: LinearBaseline, recipe: Any, directory: Path, data: Any, validation: Any, models: bool
 ) -> Member:
-    """The baseline's member, from its store in `directory` (fitted there first where missing)."""
+    """The baseline's member, from its store in `directory` (fitted there first where missing). A
+    store holding pickles (fold<k>.joblib, as older code kept its models) is refused: converted once
+    by the command the refusal names."""
     store = LinearStore(baseline, directory / STORE_DIR / baseline.short_name, store_key(baseline, recipe, data))
+    refuse_pickles(store.folder, directory)
     found = store.read()
     if found is None:
         store.compute(recipe, data)

@@ -1,6 +1,7 @@
 """A member's fold models on new titles: the probabilities each fold model gives, as the ensemble
 stage scored them (neural: the fold's checkpoint through its own tokenizer; linear: the softmax of
-its decision scores at its fold's temperature)."""
+its decision scores at its fold's temperature). Both are read without running code from their
+files: the checkpoint as tensors and plain values, the linear model as arrays and JSON."""
 
 from __future__ import annotations
 
@@ -28,22 +29,40 @@ def decision_scores(model: Any, texts: Sequence[str], classes: Optional[int] = N
     return full
 
 
+def load_classifier(checkpoint: Path, folder: Optional[Path] = None):
+    """The fold's classifier (a TopicClassifierModule, on the CPU) from its checkpoint, read as
+    tensors and plain values only: as Lightning's load_from_checkpoint builds it (its hparams are
+    plain dicts), without the unpickling that could run code. A checkpoint that needs more is
+    refused in one line naming it and the command that converts `folder`."""
+    from klue_tc.engine.checkpoints import load_weights_only
+    from klue_tc.training.module import TopicClassifierModule
+
+    saved = load_weights_only(Path(checkpoint), "cpu", folder)
+    module = TopicClassifierModule(**saved.get("hyper_parameters", {}))
+    module.load_state_dict(saved["state_dict"])
+    return module
+
+
 def neural_fold_probs(
-    checkpoint: Path, tokenizer_dir: Path, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE
+    checkpoint: Path,
+    tokenizer_dir: Path,
+    texts: Sequence[str],
+    batch_size: int = EVAL_BATCH_SIZE,
+    folder: Optional[Path] = None,
 ) -> np.ndarray:
     from klue_tc.tokenizers import load_tokenizer
     from klue_tc.training.inference import default_device, predict_probs
-    from klue_tc.training.module import TopicClassifierModule
 
     device = default_device()
-    module = TopicClassifierModule.load_from_checkpoint(str(checkpoint), map_location=device)
+    module = load_classifier(checkpoint, folder)
     return predict_probs(module, load_tokenizer(tokenizer_dir), texts, batch_size, device)
 
 
 def linear_fold_probs(model: Path, temperature: float, texts: Sequence[str], classes: int) -> np.ndarray:
-    import joblib
+    """`model`: the fold model's settings file (fold<k>.model.json, its arrays beside it)."""
+    from klue_tc.training.linear_files import load_linear_model
 
-    return tempered(decision_scores(joblib.load(model), texts, classes), temperature)
+    return tempered(decision_scores(load_linear_model(model), texts, classes), temperature)
 
 
 def as_votes(probs: np.ndarray) -> np.ndarray:
