@@ -56,12 +56,15 @@ def _run_and_folds(run_dir: str | Path, available_only: bool = False) -> tuple[R
         raise PredictError(f"{metrics_path}: unreadable metrics file ({type(err).__name__}: {err})") from None
     present = [r for r in folds if r.checkpoint and Path(r.checkpoint).is_file() and Path(r.tokenizer_dir).is_dir()]
     if not present:
-        raise ResourceError(f"{run_dir}: no fold checkpoint on disk ({len(folds)} fold(s) in metrics.json)")
+        raise ResourceError(
+            f"{run_dir}: no fold checkpoint on disk ({len(folds)} fold{'s' if len(folds) != 1 else ''} in metrics.json)"
+        )
     if len(present) < len(folds):
         missing = sorted(r.fold for r in folds if r not in present)
         if not available_only:
             raise ResourceError(
-                f"{run_dir}: fold(s) {', '.join(map(str, missing))} have no checkpoint or tokenizer on "
+                f"{run_dir}: {'folds' if len(missing) > 1 else 'fold'} {', '.join(map(str, missing))} "
+                f"{'have' if len(missing) > 1 else 'has'} no checkpoint or tokenizer on "
                 f"disk; pass --available-folds to ensemble the other {len(present)}"
             )
         log.warning("folds %s have no checkpoint or tokenizer on disk; ensembling the other %d", missing, len(present))

@@ -176,7 +176,7 @@ def test_a_copy_missing_one_fold_stops_unless_told_to_use_its_other_folds(run_di
     (copy / "fold1" / "best.ckpt").unlink()
     assert main([str(copy), "손흥민 결승골 폭발"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fold(s) 1 have no checkpoint" in err[0] and "--available-folds" in err[0]
+    assert len(err) == 1 and "fold 1 has no checkpoint" in err[0] and "--available-folds" in err[0]
     assert main([str(copy), "손흥민 결승골 폭발", "--available-folds", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["label"] in LABEL_NAMES
     # The copy reads its own files only, never the original run's.

@@ -139,7 +139,7 @@ def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch
     cost = [i for i, line in enumerate(lines) if line.startswith("cost on this machine")]
     first_epoch = next(i for i, line in enumerate(lines) if "epoch 1/2: val macro-F1" in line)
     assert len(cost) == 1 and cost[0] < first_epoch, lines
-    assert re.search(r"a fold's 2 epochs of 320 titles take about \S+, the job's 3 fold\(s\) about \S+", lines[cost[0]])
+    assert re.search(r"a fold's 2 epochs of 320 titles take about \S+, the job's 3 folds about \S+", lines[cost[0]])
     steps = [line for line in lines[:first_epoch] if re.match(r"fold 1/3 \(fold 0\) epoch 1/2 step \d+/40: \d+ ", line)]
     assert steps and all("titles/s | elapsed" in line and "ETA" in line for line in steps), lines
 

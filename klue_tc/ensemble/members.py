@@ -80,7 +80,7 @@ def member_from_folds(
     index = np.concatenate([r.predictions.scored.index for r in folds])
     titles = len(index)
     if len(np.unique(index)) != titles or index.min() < 0 or index.max() != titles - 1:
-        return None, f"{name}: its {len(folds)} fold(s) do not score every training title once"
+        return None, f"{name}: its {len(folds)} folds do not score every training title once"
     oof = np.zeros((titles, classes), dtype=np.float32)
     labels = np.zeros(titles, dtype=np.int64)
     for record in folds:

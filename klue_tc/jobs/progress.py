@@ -194,7 +194,7 @@ class StepLine(L.Callback):
         threads = f", {torch.get_num_threads()} threads" if trainer.strategy.root_device.type == "cpu" else ""
         log.info(
             "cost on this machine (%s%s): %.0f titles/s over the first %d training steps; a fold's %d epochs "
-            "of %s take about %s, the job's %d fold(s) about %s (each epoch's scoring adds a little; "
+            "of %s take about %s, the job's %s about %s (each epoch's scoring adds a little; "
             "early stopping can end a fold sooner)",
             trainer.strategy.root_device.type,
             threads,
@@ -203,7 +203,7 @@ class StepLine(L.Callback):
             trainer.max_epochs,
             f"{self.epoch_titles:,} titles" if self.epoch_titles else f"{self.epoch_steps} steps",
             duration(fold_seconds),
-            self.job.folds,
+            f"{self.job.folds} fold{'s' if self.job.folds != 1 else ''}",
             duration(fold_seconds * self.job.folds),
         )
 
