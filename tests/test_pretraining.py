@@ -755,6 +755,20 @@ def test_a_second_pretraining_seed_is_a_new_encoder_on_the_same_titles_and_folds
     assert not all(torch.equal(weights[0][n], weights[2][n]) for n in weights[0])
 
 
+def test_the_shared_code_in_the_code_version_keeps_every_stored_encoders_key(tmp_path, monkeypatch):
+    """The code version now keeps the shared code's fingerprint beside its own, which holds it: an
+    encoder stored by code whose version lacked it is found under the same key."""
+    from klue_tc.store import fingerprint
+    from klue_tc.store.records import CodeVersion
+
+    run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer")
+    code = fingerprint.code_version(run)
+    assert code.shared is not None
+    keys = pretrained_keys(run, CPU, corpus, None)
+    monkeypatch.setattr(encoder_keys, "code_version", lambda run: CodeVersion(code.fingerprint, code.versions))
+    assert pretrained_keys(run, CPU, corpus, None) == keys
+
+
 def test_an_encoder_stored_by_earlier_code_that_makes_the_same_numbers_is_not_pretrained_again(tmp_path, monkeypatch):
     """SAME_NUMBERS_AS covers the pretrained encoders as it covers the fold records: an encoder
     stored under the key of an earlier code version it names is found; without the entry, this code

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -297,7 +298,8 @@ def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, capl
                 for k in range(3):
                     f1 = 0.75 - (0.05 if enc == "cnn" else 0) + rng.normal(0, 0.002)
                     folds.append((k, f1))
-                code = {"fingerprint": "old" if tok == "mecab" else "new", "versions": {"torch": "2"}}
+                version = "old" if tok == "mecab" else "new"
+                code = {"fingerprint": version, "versions": {"torch": "2"}}
                 payload = metrics(
                     tok,
                     enc,
@@ -305,6 +307,7 @@ def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, capl
                     layers,
                     folds,
                     code=code,
+                    shared_code=version,
                     validation={"f1": 0.6, "accuracy": 0.6, "size": 10, "source": "v"},
                 )
                 write_metrics(tmp_path / f"{tok}-{enc}-{layers}", payload)
@@ -318,9 +321,78 @@ def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, capl
     claims = (tmp_path / "claims.md").read_text(encoding="utf-8")
     assert "## CV macro-F1" in claims and "## validation macro-F1" in claims
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert "this table mixes records of 2 code versions" in markdown
-    assert any("mixes records of 2 code versions" in r.getMessage() for r in caplog.records)
+    assert "this table mixes records of different code" in markdown
+    assert any("mixes records of different code" in r.getMessage() for r in caplog.records)
     assert "8 of 8 configurations were still improving" not in markdown  # best epoch 1 of 2 run
+
+
+def code(fingerprint: str, shared: Optional[str] = None) -> dict:
+    """A fold record's code version, as saved; `shared` None: a record of older code, which kept no
+    shared part."""
+    saved = {"code": {"fingerprint": fingerprint, "versions": {"torch": "2"}}}
+    return {**saved, "shared_code": shared} if shared else saved
+
+
+def report_of_codes(directory: Path, codes: dict[str, list[dict]], caplog) -> tuple[str, list[str]]:
+    """report.md and the warnings of a table of a transformer and a cnn configuration (sentencepiece,
+    post-LN, 2 layers), each fold's record made by the code given for it."""
+    for enc, folds in codes.items():
+        payload = metrics("sentencepiece", enc, "post", 2, [(k, 0.7 + 0.01 * k) for k in range(FOLDS)])
+        for fold, made_by in zip(payload["folds"], folds):
+            fold.update(made_by)
+        write_metrics(directory / enc, payload)
+    with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
+        write_report(directory, baseline=False)
+    return (directory / "report.md").read_text(encoding="utf-8"), [r.getMessage() for r in caplog.records]
+
+
+def test_configurations_of_other_encoders_made_by_one_code_are_not_a_mix(tmp_path: Path, caplog):
+    """Each configuration's code version covers its own encoder's module, so a transformer and a cnn
+    made by the same code have two versions: one shared code, no warning."""
+    markdown, warnings = report_of_codes(
+        tmp_path, {"transformer": [code("aaaa", "s1")] * FOLDS, "cnn": [code("bbbb", "s1")] * FOLDS}, caplog
+    )
+    assert "records made by code aaaa (torch 2), bbbb (torch 2)" in markdown  # still named
+    assert "mixes records" not in markdown and not [w for w in warnings if "mixes records" in w]
+    assert "predate" not in markdown
+
+
+def test_one_configuration_of_folds_made_by_different_code_is_a_mix_named(tmp_path: Path, caplog):
+    markdown, warnings = report_of_codes(
+        tmp_path,
+        {
+            "transformer": [code("aaaa", "s1"), code("aaaa", "s1"), code("cccc", "s1")],
+            "cnn": [code("bbbb", "s1")] * FOLDS,
+        },
+        caplog,
+    )
+    named = (
+        "sentencepiece / transformer / post / L2 / none (sentencepiece-transformer-post-2-cls) "
+        "has folds of code aaaa (torch 2) and cccc (torch 2)"
+    )
+    assert "**Warning: this table mixes records of different code**" in markdown and named in markdown
+    assert "cnn" not in markdown.split("**Warning")[1].split("\n")[0]  # the cnn's folds agree
+    assert any("mixes records of different code" in w and named in w for w in warnings)
+
+
+def test_configurations_made_by_different_shared_code_are_a_mix(tmp_path: Path, caplog):
+    markdown, warnings = report_of_codes(
+        tmp_path, {"transformer": [code("aaaa", "s1")] * FOLDS, "cnn": [code("bbbb", "s2")] * FOLDS}, caplog
+    )
+    shared = "the code every configuration shares differs between records: s1 (torch 2) and s2 (torch 2)"
+    assert "**Warning: this table mixes records of different code**" in markdown and shared in markdown
+    assert any(shared in w for w in warnings)
+
+
+def test_records_of_older_code_without_the_shared_part_are_compared_within_their_configuration(tmp_path: Path, caplog):
+    """Records that kept no shared part (docs/study-pretrain's): other encoders' versions are no mix,
+    and the report says what it could not compare."""
+    markdown, warnings = report_of_codes(
+        tmp_path, {"transformer": [code("aaaa")] * FOLDS, "cnn": [code("bbbb")] * FOLDS}, caplog
+    )
+    assert "mixes records" not in markdown and not [w for w in warnings if "mixes records" in w]
+    compared = "6 of 6 records predate the shared code's fingerprint: their code is compared within their configuration"
+    assert compared in markdown
 
 
 def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path, tmp_path: Path):

@@ -135,6 +135,32 @@ def test_changing_a_loss_changes_every_code_version(package_copy: Path):
     assert changed(before, versions_of(package_copy)) == set(before)
 
 
+def test_every_configuration_keeps_the_shared_code_beside_its_own_version(package_copy: Path, tmp_path: Path):
+    """Configurations of other variants differ in their code version by design; the numeric code they
+    all run has one fingerprint, which a saved record keeps beside its version. An edit to a variant
+    leaves it, an edit to the shared code moves it; a record of older code, which lacks it, still
+    counts for the code that has it."""
+    versions = [fingerprint.version_of(c) for c in SCRATCH + PRETRAINED]
+    assert len({v.fingerprint for v in versions}) > 1
+    assert {v.shared for v in versions} == {fingerprint.shared_fingerprint()}
+    assert fingerprint.shared_fingerprint(package_copy) == fingerprint.shared_fingerprint()
+    edit(package_copy / "models" / "encoders" / "trans_blstm.py", "BLSTMSublayer(cfg.d_model)", "BLSTMSublayer(2)")
+    assert fingerprint.shared_fingerprint(package_copy) == fingerprint.shared_fingerprint()
+    edit(package_copy / "training" / "module.py", "loss = self.loss(logits,", "loss = 2 * self.loss(logits,")
+    assert fingerprint.shared_fingerprint(package_copy) != fingerprint.shared_fingerprint()
+
+    (path,) = sorted((REPO / "docs" / "study-pretrain" / "results").glob("*/fold1.json"))[:1]
+    older = FoldResult.load(path)
+    assert older.code.shared is None
+    made_now = CodeVersion(older.code.fingerprint, older.code.versions, fingerprint.shared_fingerprint())
+    assert fingerprint.counts_for(older.code, made_now)
+    older.code = made_now
+    older.save(tmp_path / "fold1.json")
+    saved = json.loads((tmp_path / "fold1.json").read_text())
+    assert saved["shared_code"] == made_now.shared and set(saved["code"]) == {"fingerprint", "versions"}
+    assert FoldResult.load(tmp_path / "fold1.json").code.shared == made_now.shared
+
+
 def test_a_module_moved_or_its_imports_rewritten_keeps_every_code_version(package_copy: Path, tmp_path: Path):
     before = versions_of(package_copy)
     edit(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from typing import Optional, Protocol
 
 from klue_tc.core.config import RunConfig, keyed_settings
@@ -48,9 +47,11 @@ def pretrained_keys(run: RunConfig, device: Device, corpus: Corpus, tokenizer_id
     }
     code = code_version(run)
     versions = [code, *(CodeVersion(earlier, code.versions) for earlier in SAME_NUMBERS_AS.get(code.fingerprint, ()))]
+    # The code as the key has always read it: the shared part is inside the fingerprint already.
+    keyed = [{"fingerprint": version.fingerprint, "versions": version.versions} for version in versions]
     return [
-        hashlib.sha1(json.dumps({**payload, "code": asdict(version)}, sort_keys=True).encode()).hexdigest()[:12]
-        for version in versions
+        hashlib.sha1(json.dumps({**payload, "code": made_by}, sort_keys=True).encode()).hexdigest()[:12]
+        for made_by in keyed
     ]
 
 

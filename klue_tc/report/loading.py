@@ -189,6 +189,8 @@ def fold_row(describe: dict, record: FoldResult) -> dict:
         "train_samples_per_s": record.train_samples_per_s,
         "seconds": record.train_seconds,
         "code": record.code.label() if record.code else "unknown",
+        # the part of it every configuration shares ("": a record of older code, which kept none)
+        "shared_code": (record.code.shared_label() if record.code else None) or "",
         "precision": record.precision,
         "device": record.device or "unknown",
         "diverged": record.diverged or "",

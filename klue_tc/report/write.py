@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from klue_tc.report import contents
+from klue_tc.report.code_mix import code_mix
 from klue_tc.report.context import Effects, Report, Verdicts
 from klue_tc.report.core_sections.metric_tables import f1_tables
 from klue_tc.report.exclusions import Declared, Exclusion, apply_exclusions, declared_exclusions, none_excluded
@@ -349,8 +350,8 @@ def write_report(
         print(f"{scores['name']} on the same folds: CV macro-F1 {scores['f1']:.4f}{validation}")
     if missing:
         log.warning("%d cells missing or short of folds (report.md: Missing)", missing_count)
-    if len(set(folds["code"])) > 1:
-        log.warning("the table mixes records of %d code versions (report.md names them)", len(set(folds["code"])))
+    if (mix := code_mix(folds)).mixed:
+        log.warning("the table mixes records of different code: %s", mix.what())
     if log_to_wandb:
         from klue_tc.report.wandb_run import log_report_run, wandb_settings
 

@@ -8,6 +8,9 @@ It hashes, without docstrings, comments, log calls, the messages of raised error
     klue_tc/core/registry.py), with the klue_tc modules that they alone import (cnn's Transformer config);
 and the versions of LIBRARIES. Each file's code is hashed on its own and the digests combined in
 sorted order, so moving a module to another folder, or changing only its imports, keeps the key.
+Configurations of other variants thus differ in it by design; a record also keeps, beside it, the
+fingerprint of NUMERIC_MODULES alone (CodeVersion.shared), which every configuration shares, so that
+the report tells records of one code from a mix (klue_tc/report/code_mix.py).
 Nothing else is in it: editing the report, the command line, the
 results store, messages, logging, launchers or another variant keeps every record. An edit that
 moves numbers from outside these modules is caught by tests/test_pinned_numbers.py (a tiny fold per
@@ -299,9 +302,14 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def shared_fingerprint(root: Path = PACKAGE_ROOT) -> str:
+    """The fingerprint of the numeric code every configuration runs, whatever its variants."""
+    return source_fingerprint(sorted(declared_files(NUMERIC_MODULES, root)))
+
+
 @functools.cache  # the source does not change under a running process
 def version_of(choices: Choices) -> CodeVersion:
-    return CodeVersion(source_fingerprint(numeric_sources(choices)), library_versions())
+    return CodeVersion(source_fingerprint(numeric_sources(choices)), library_versions(), shared_fingerprint())
 
 
 def code_version(run: RunConfig) -> CodeVersion:

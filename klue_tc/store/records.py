@@ -80,9 +80,22 @@ class CodeVersion:
 
     fingerprint: str
     versions: dict[str, str]
+    # The fingerprint of the numeric code every configuration shares (klue_tc/store/fingerprint.py's
+    # NUMERIC_MODULES), a part of `fingerprint`, which adds the configuration's own variants: two
+    # configurations of other variants differ in `fingerprint` by design, and in this only where the
+    # code they share differs. None in records of older code. Not compared: `fingerprint` decides it.
+    # A fold record saves it beside `code` (`shared_code`), where older code's reading skips it.
+    shared: Optional[str] = field(default=None, compare=False)
+
+    def libraries(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()))
 
     def label(self) -> str:
-        return f"{self.fingerprint} ({', '.join(f'{k} {v}' for k, v in sorted(self.versions.items()))})"
+        return f"{self.fingerprint} ({self.libraries()})"
+
+    def shared_label(self) -> Optional[str]:
+        """The part every configuration shares, with the libraries; None where the record predates it."""
+        return f"{self.shared} ({self.libraries()})" if self.shared else None
 
 
 @dataclass
@@ -225,6 +238,9 @@ class FoldResult:
     def to_dict(self) -> dict:
         payload = asdict(replace(self, predictions=None))
         del payload["predictions"]
+        if payload["code"] is not None and (shared := payload["code"].pop("shared")):
+            # beside `code`, not in it: code older than the shared part reads `code` as it always was
+            payload["shared_code"] = shared
         return payload
 
     def relative_to(self, base: Path) -> FoldResult:
@@ -253,9 +269,10 @@ class FoldResult:
     def from_dict(cls, payload: dict) -> FoldResult:
         known = {f.name for f in fields(cls)} - {"predictions"}
         values = {k: v for k, v in upgraded(payload).items() if k in known}
+        if isinstance(values.get("code"), dict):
+            values["code"] = CodeVersion(**values["code"], shared=payload.get("shared_code"))
         for key, kind in (
             ("describe", Describe),
-            ("code", CodeVersion),
             ("validation", ValidationScore),
             ("model_size", ModelSize),
         ):

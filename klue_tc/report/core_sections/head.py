@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from klue_tc.report.code_mix import code_mix
 from klue_tc.report.context import Report
 from klue_tc.report.loading import Recipe
 from klue_tc.report.settings import declared_note
+
+# Why a table of several configurations names several code versions without mixing them
+OWN_VARIANTS = "a configuration's version covers its own variants too, so configurations of other variants differ in it"
 
 
 def head_lines(report: Report) -> list[str]:
@@ -19,7 +23,9 @@ def head_lines(report: Report) -> list[str]:
         f"# F1 comparison: {report.directory.name}",
         "",
         f"{len(summary)} configuration{'s' if len(summary) > 1 else ''}, {len(folds)} (configuration, fold) records; "
-        f"records made by code {', '.join(codes)}."
+        f"records made by code {', '.join(codes)}"
+        + (f"; {OWN_VARIANTS}" if len(codes) > 1 else "")
+        + "."
         + (f" Written, with the files and plots beside it, by `{report.command}`." if report.command else ""),
         "",
     ]
@@ -28,8 +34,7 @@ def head_lines(report: Report) -> list[str]:
     if report.recipe is not None:
         lines += [recipe_line(report.recipe, folds), ""]
     lines += [selection_line(folds), ""]
-    if len(codes) > 1:
-        lines += [f"**Warning: this table mixes records of {len(codes)} code versions** (results.reuse=any).", ""]
+    lines += code_mix(folds).lines()
     if report.shared is not None:
         lines += [report.shared.line(), ""]
     return lines
