@@ -5,6 +5,7 @@ python -m klue_tc.predict outputs/runs/trans_blstm/2024-05-01_12-00-00 "삼성�
 python -m klue_tc.predict RUN_DIR --file titles.txt --json
 python -m klue_tc.predict outputs/sweeps/ensemble/ensemble-model "삼성전자, 새 반도체 공장 착공"
 python -m klue_tc.predict RUN_DIR --file titles.txt > predictions.csv   # CSV where stdout is no terminal
+python -m klue_tc.predict RUN_DIR --file blind.tsv > blind.csv   # a table with an id column: id,label,<classes>
 python -m klue_tc.predict --convert FOLDER   # an older folder's pickled models, once, as arrays and JSON
 
 Nothing a folder holds is run: checkpoints are read as tensors and plain values, linear models as
@@ -25,7 +26,14 @@ from typing import Optional, Sequence
 
 from klue_tc.core.config import EVAL_BATCH_SIZE
 from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.data.titles import LABEL_NAMES, decode_text, has_letter_or_digit
+from klue_tc.data.titles import (
+    LABEL_NAMES,
+    IdentifiedTitles,
+    decode_text,
+    has_letter_or_digit,
+    is_identified_table,
+    read_identified_file,
+)
 from klue_tc.store.records import FoldResult, RunResult
 from klue_tc.tokenizers.normalisation import normalise_title
 
@@ -94,6 +102,17 @@ def predict_titles(
     run_dir: str | Path, titles: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, available_only: bool = False
 ) -> list[tuple[str, float]]:
     """(label name, ensemble probability) for each title, in order (each normalised as training's were)."""
+    probs, names = predict_probs(run_dir, titles, batch_size, available_only)
+    best = probs.argmax(axis=1)
+    return [(names[k], float(p[k])) for k, p in zip(best, probs)]
+
+
+def predict_probs(
+    run_dir: str | Path, titles: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, available_only: bool = False
+):
+    """(probabilities (titles, classes), the classes' names in the model's label order) for the titles."""
+    import numpy as np
+
     titles = [normalise_title(t) for t in titles]
     empty = [i for i, t in enumerate(titles) if not t]
     if empty:
@@ -101,7 +120,7 @@ def predict_titles(
             f"title {empty[0] + 1} is empty ({len(empty)} of {len(titles)} are): an empty title cannot be classified"
         )
     if not titles:
-        return []
+        return np.zeros((0, 0), dtype=np.float32), []
     symbols_only = [i + 1 for i, t in enumerate(titles) if not has_letter_or_digit(t)]
     if symbols_only:
         log.warning(
@@ -124,8 +143,7 @@ def predict_titles(
         raise PredictError(
             f"{run_dir}: the models predict {probs.shape[1]} classes but {named_in} names {len(names)} labels"
         )
-    best = probs.argmax(axis=1)
-    return [(names[k], float(p[k])) for k, p in zip(best, probs)]
+    return probs, list(names)
 
 
 def run_probs(run_dir: Path, records: Sequence[FoldResult], titles: Sequence[str], batch_size: int):
@@ -192,6 +210,32 @@ def print_table(titles: Sequence[str], predictions: Sequence[tuple[str, float]])
     Console().print(table)
 
 
+def print_id_table(titles: IdentifiedTitles, probs, names: Sequence[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fold-ensemble prediction")
+    for column in ("id", "title", "label"):
+        table.add_column(column, overflow="fold")
+    table.add_column("probability", justify="right")
+    for name, title, row in zip(titles.ids, titles.texts, probs):
+        table.add_row(name, title, names[int(row.argmax())], f"{row.max():.4f}")
+    Console().print(table)
+
+
+def write_id_rows(titles: IdentifiedTitles, probs, names: Sequence[str], form: str) -> None:
+    """One row per id: CSV (id,label,<a probability column per class>, klue_tc/data/predictions.py) or
+    one JSON object a line (id, label, probabilities by class)."""
+    from klue_tc.data.predictions import write_predictions, written_probabilities
+
+    if form != "json":
+        write_predictions(sys.stdout, titles.ids, probs, names)
+        return
+    for name, row in zip(titles.ids, written_probabilities(probs)):
+        line = {"id": name, "label": names[int(row.argmax())], "probabilities": dict(zip(names, map(float, row)))}
+        print(json.dumps(line, ensure_ascii=False))
+
+
 def write_rows(titles: Sequence[str], predictions: Sequence[tuple[str, float]], form: str) -> None:
     """One row per title: CSV (title,label,probability, with a header) or one JSON object a line."""
     if form == "json":
@@ -215,7 +259,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--file",
         type=Path,
         help="text file (UTF-8; UTF-16 with a BOM and cp949 are read too), one headline a line (blank lines "
-        "skipped); - reads standard input",
+        "skipped); - reads standard input. A csv, tsv, json or jsonl table with an id column (and a title "
+        "column) is predicted by id: id,label and a probability column per class",
     )
     parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
     parser.add_argument(
@@ -243,6 +288,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if args.convert:
         return convert(args.run_dir)
+    if args.file is not None and is_identified_table(args.file):
+        if args.titles:
+            parser.error(f"{args.file} names its titles by id: pass no titles beside it")
+        return predict_by_id(args)
     try:
         titles = [argument_title(t, i) for i, t in enumerate(args.titles, 1)]
         titles = [normalise_title(t) for t in titles] + (read_titles(args.file) if args.file else [])
@@ -257,6 +306,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         print_table(titles, predictions)
     else:
         write_rows(titles, predictions, form)
+    return 0
+
+
+def predict_by_id(args: argparse.Namespace) -> int:
+    """A table of titles with an id column: one row per id, in the file's order, with every class's probability."""
+    try:
+        titles = read_identified_file(args.file)
+        probs, names = predict_probs(args.run_dir, titles.texts, args.batch_size, args.available_folds)
+    except (KlueTcError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    form = args.format or ("table" if sys.stdout.isatty() else "csv")
+    if form == "table":
+        print_id_table(titles, probs, names)
+    else:
+        write_id_rows(titles, probs, names, form)
     return 0
 
 

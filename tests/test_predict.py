@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -271,3 +272,55 @@ def test_symbol_only_titles_are_predicted_with_one_line_counting_them(run_dir: P
 def test_an_argument_in_no_readable_encoding_is_one_line(run_dir: Path, capsys):
     assert main([str(run_dir), b"\xff\xfe\xfa".decode("utf-8", "surrogateescape")]) == 2
     assert capsys.readouterr().err.strip().startswith("error: title 1 is not UTF-8 text;")
+
+
+def test_a_table_with_an_id_column_is_predicted_by_id_with_every_class_probability(run_dir: Path, tmp_path, capsys):
+    """blind.tsv's layout (`id`, `title`): one row per id in the file's order, `id,label` and a
+    probability column per class in the model's label order; a plain file keeps title,label,probability."""
+    from klue_tc.data.predictions import read_predictions
+    from klue_tc.predict import predict_probs
+
+    ids, titles = ["b-3", "b-1", "b-2"], [TITLES[0], '쉼표, "따옴표" 든 제목', TITLES[2]]
+    table = tmp_path / "blind.tsv"
+    pd.DataFrame({"id": ids, "title": titles}).to_csv(table, sep="\t", index=False)
+
+    assert main([str(run_dir), "--file", str(table)]) == 0
+    out = capsys.readouterr().out
+    probs, names = predict_probs(run_dir, titles)
+    assert out.splitlines()[0] == ",".join(["id", "label", *names])
+    (tmp_path / "out.csv").write_text(out, encoding="utf-8")
+    frame = read_predictions(tmp_path / "out.csv")
+    assert frame["id"].tolist() == ids
+    written = frame[names].to_numpy(float)
+    assert np.allclose(written, probs, atol=1e-7) and np.allclose(written.sum(axis=1), 1.0, atol=1e-6)
+    assert frame["label"].tolist() == [names[k] for k in written.argmax(axis=1)]
+
+    assert main([str(run_dir), "--file", str(table), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["id"] for line in lines] == ids and list(lines[0]["probabilities"]) == names
+    assert main([str(run_dir), "--file", str(table), "--format", "table"]) == 0
+    assert "b-3" in capsys.readouterr().out
+
+    with pytest.raises(SystemExit):  # titles by id and titles without one do not mix
+        main([str(run_dir), TITLES[0], "--file", str(table)])
+    plain = tmp_path / "titles.tsv"  # a .tsv without an id column is one title a line, as before
+    plain.write_text(f"{TITLES[0]}\n{TITLES[1]}\n", encoding="utf-8")
+    assert main([str(run_dir), "--file", str(plain)]) == 0
+    assert capsys.readouterr().out.startswith("title,label,probability\n")
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        ("id\ttitle\na\t제목 하나\na\t제목 둘\n", "line 3: id 'a' given twice"),
+        ("id\ttitle\na\t제목 하나\nb\t \n", "line 3: id 'b' has an empty title"),
+        ("id\theadline\na\t제목 하나\n", "no title column (expected title or text; found id, headline)"),
+        ('id\ttitle\na\t"제목" 하나\n', "line 2: bad quoting"),
+    ],
+)
+def test_a_table_of_titles_by_id_keeps_every_row_or_says_which_it_cannot(tmp_path, rows, said, capsys):
+    table = tmp_path / "blind.tsv"
+    table.write_text(rows, encoding="utf-8")
+    assert main([str(tmp_path), "--file", str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {table}: {said}") and len(err.splitlines()) == 1, err

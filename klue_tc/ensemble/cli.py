@@ -8,7 +8,7 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from klue_tc.core.config import EVAL_BATCH_SIZE, WandbConfig
 from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError
@@ -60,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="the run directory of a student distilled from these soft labels: scored beside the ensemble",
     )
+    parse.add_argument(
+        "--blind",
+        type=Path,
+        help="a table of titles without labels (id and title columns, e.g. blind.tsv): once all is chosen, the "
+        "linear baselines' fold ensembles (with and without their class offsets) and the ensemble predict them "
+        "into DIRECTORY/blind/<model>.csv; a report that already holds this ensemble is left as it is",
+    )
     parse.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE)
     parse.add_argument("--wandb", action="store_true", help="also log the tables as one W&B run")
     parse.add_argument("--project", default=defaults.project, help=f"W&B project (default: {defaults.project})")
@@ -72,15 +79,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rounds < 1 or args.patience < 1 or args.batch_size < 1:
         parser().error("--rounds, --patience and --batch-size must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    from klue_tc.data.titles import read_identified_file
     from klue_tc.ensemble.artefact import ArtefactError, write_artefact
+    from klue_tc.ensemble.blind import BLIND_DIR, write_blind
     from klue_tc.ensemble.distillation import student_score, write_soft_labels
-    from klue_tc.ensemble.report import log_to_wandb, write_files
+    from klue_tc.ensemble.report import log_to_wandb, report_files, report_holds, write_files
     from klue_tc.ensemble.stage import build_ensemble
 
     command = shlex.join(["python", "-m", "klue_tc.ensemble", *(sys.argv[1:] if argv is None else argv)])
     try:
         if args.validation is not None and not args.validation.is_file():
             raise KlueTcError(f"{args.validation}: file not found")
+        blind = read_identified_file(args.blind) if args.blind is not None else None  # read now: fail early
         ensemble = build_ensemble(
             args.directory,
             args.validation,
@@ -90,13 +100,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             not args.no_baselines,
             args.batch_size,
             not args.no_class_offsets,
+            blind,
         )
         soft_labels, why_not = (None, None) if args.no_soft_labels else write_soft_labels(ensemble)
         if why_not:
             ensemble.notes.append(why_not)
         if args.student is not None:
             ensemble.student = student_score(ensemble, args.student)
-        files = write_files(ensemble, command)
+        kept = blind is not None and report_holds(ensemble)  # only the blind predictions are new
+        files = report_files(args.directory) if kept else write_files(ensemble, command)
+        blind_files = write_blind(ensemble.blind, args.directory / BLIND_DIR) if ensemble.blind else []
         artefact = None
         if not args.no_artefact:
             try:
@@ -110,15 +123,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         return USER_ERROR_EXIT
     if args.wandb:
         log_to_wandb(ensemble, WandbConfig(project=args.project, mode=args.mode), args.directory.resolve().name)
-    print("\n".join(closing_lines(ensemble, files, artefact, soft_labels)))
+    print("\n".join(closing_lines(ensemble, files, artefact, soft_labels, kept, blind_files)))
     return 0
 
 
-def closing_lines(ensemble, files: list[Path], artefact: Optional[Path], soft_labels: Optional[Path]) -> list[str]:
+def closing_lines(
+    ensemble,
+    files: list[Path],
+    artefact: Optional[Path],
+    soft_labels: Optional[Path],
+    kept: bool = False,
+    blind_files: Sequence[Path] = (),
+) -> list[str]:
     """What the stage prints as it ends, in lines a terminal shows whole: its notes (wrapped), one
     summary line, one line per chosen member and per comparison, then where its files are.
     ensemble.md holds all of it and more."""
-    lines = [*wrapped_notes(ensemble.notes), summary_line(ensemble)]
+    blind_notes = ensemble.blind.notes if ensemble.blind else []
+    lines = [*wrapped_notes([*ensemble.notes, *blind_notes]), summary_line(ensemble)]
     lines += [f"  member {member.name}: weight {weight:.2f}" for member, weight in ensemble.chosen]
     scored = ensemble.validation
     if scored is not None:
@@ -131,7 +152,13 @@ def closing_lines(ensemble, files: list[Path], artefact: Optional[Path], soft_la
             f"  distilled student {student.f1:.4f} ({student.low:.4f}..{student.high:.4f}), "
             f"ensemble minus it {d.difference:+.4f} ({d.low:+.4f}..{d.high:+.4f})"
         )
-    lines.append(f"report: {files[0]} ({', '.join(f.name for f in files[1:])} beside it)")
+    if kept:
+        lines.append(f"report: {files[0]} already holds this ensemble: left as it is (run without --blind to rewrite)")
+    else:
+        lines.append(f"report: {files[0]} ({', '.join(f.name for f in files[1:])} beside it)")
+    if blind_files:
+        names = ", ".join(f.stem for f in blind_files)
+        lines.append(f"blind predictions in {blind_files[0].parent}: {names} (.csv)")
     if artefact:
         lines.append(f"serve it: python -m klue_tc.predict {artefact} TITLE")
     if soft_labels is not None:

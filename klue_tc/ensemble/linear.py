@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 STORE_DIR = "baselines"
 SETTINGS_FILE = "settings.json"
+# How fast a fold model is fitted again from its stored setting, for the cost said before it starts:
+# 32,888 titles in 5 to 7 s, TF-IDF + SVM and NB-SVM alike (one core of an Intel Xeon, the other busy).
+REFIT_TITLES_PER_S = 5_000
 
 
 @dataclass
@@ -141,12 +144,20 @@ class LinearStore:
         """Fold models whose file is gone (a clone keeps the predictions, not the models) are fitted
         again with the setting their fold chose: the same optimum, up to the solver's tolerance."""
         missing = [f for f in folds if not all(p.is_file() for p in model_files(f.model))]
-        if missing:
-            log.warning(
-                "refitting %s's fold model(s) %s with their settings", self.baseline.name, [f.fold for f in missing]
-            )
+        if not missing:
+            return
+        rows_of = {f.fold: fit_titles(recipe, data, f.fold) for f in missing}
+        titles = sum(len(rows) for rows in rows_of.values())
+        which = f"fold{'s' if len(missing) > 1 else ''} {', '.join(str(f.fold) for f in missing)}"
+        log.warning(
+            "refitting %s's fold models (%s) with their stored settings, %s titles in all: about %.0f s",
+            self.baseline.name,
+            which,
+            f"{titles:,}",
+            titles / REFIT_TITLES_PER_S,
+        )
         for fold in missing:
-            rows = fit_titles(recipe, data, fold.fold)
+            rows = rows_of[fold.fold]
             setting = tuple(fold.setting) if isinstance(fold.setting, list) else fold.setting
             model = self.baseline.pipeline(setting).fit([data.texts[i] for i in rows], data.labels[rows])
             save_linear_model(model, fold.model)

@@ -40,9 +40,11 @@ class Member:
 
     def fold_ensemble(self) -> Optional[np.ndarray]:
         """The mean of its fold models' calibrated probabilities on the validation titles."""
-        if self.validation is None:
-            return None
-        return np.mean([self.calibrated(p) for p in self.validation], axis=0)
+        return None if self.validation is None else self.fold_mean(self.validation)
+
+    def fold_mean(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """The mean of its fold models' calibrated probabilities `parts` (one array a fold) on some titles."""
+        return np.mean([self.calibrated(p) for p in parts], axis=0)
 
 
 @dataclass

@@ -4,11 +4,13 @@ comparison), and, when asked, one W&B run holding both tables."""
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from klue_tc.core.config import WandbConfig
@@ -265,6 +267,44 @@ def gain(row: dict) -> str:
     if row["validation_f1"] is None or row["fold_models_validation_f1"] is None:
         return "–"
     return signed(row["validation_f1"] - row["fold_models_validation_f1"])
+
+
+def report_files(directory: Path) -> list[Path]:
+    from klue_tc.ensemble.plot import PLOT_FILE
+
+    return [directory / "ensemble.md", directory / "ensemble.csv", directory / PLOT_FILE]
+
+
+def report_holds(ensemble: Ensemble) -> bool:
+    """Whether the report in the ensemble's folder already holds this very ensemble: the same
+    candidates, weights, temperatures, class offsets and scores (ensemble.csv's rows to the last
+    digit, the offsets as ensemble.md gives them). A student's rows, which only `--student` writes,
+    are left out of the comparison."""
+    markdown_path, csv_path, _ = report_files(ensemble.directory)
+    try:
+        stored = pd.read_csv(csv_path)
+        text = markdown_path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return False
+    fresh = pd.read_csv(io.StringIO(csv_frame(ensemble).to_csv(index=False)))  # read back as the file is
+
+    def without_student(frame: pd.DataFrame) -> pd.DataFrame:
+        student = (frame["role"] == "student") | (frame["versus"] == "the distilled student")
+        return frame[~student].reset_index(drop=True)
+
+    stored, fresh = without_student(stored), without_student(fresh)
+    if list(stored.columns) != list(fresh.columns) or len(stored) != len(fresh):
+        return False
+    for column in stored.columns:
+        a, b = stored[column], fresh[column]
+        if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
+            same = np.allclose(a.to_numpy(float), b.to_numpy(float), rtol=1e-9, atol=0.0, equal_nan=True)
+        else:
+            same = a.fillna("").astype(str).tolist() == b.fillna("").astype(str).tolist()
+        if not same:
+            return False
+    offsets = offsets_sentence(ensemble)
+    return offsets.strip() in text if offsets else "offset by class (one number per class" not in text
 
 
 def write_files(ensemble: Ensemble, command: str) -> list[Path]:

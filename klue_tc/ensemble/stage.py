@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -20,6 +20,10 @@ from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
 from klue_tc.ensemble.scoring import Difference, PairedTitles, StudentScore
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
 from klue_tc.store.records import FoldResult
+
+if TYPE_CHECKING:
+    from klue_tc.data.titles import IdentifiedTitles
+    from klue_tc.ensemble.blind import BlindPredictions
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,8 @@ class Ensemble:
     notes: list[str] = field(default_factory=list)
     validation: Optional[ValidationScores] = None
     student: Optional[StudentScore] = None  # a student distilled from it, on the same validation titles
+    # Titles without labels (blind.tsv) predicted once everything is chosen (klue_tc/ensemble/blind.py).
+    blind: Optional[BlindPredictions] = None
     # Added to the log of the weighted mean, one per class (klue_tc/ensemble/calibration.py); None: the mean alone.
     class_offsets: Optional[np.ndarray] = None
 
@@ -120,31 +126,36 @@ def label_names_of(records: Sequence[FoldResult], classes: int) -> list[str]:
     return list(LABEL_NAMES) if classes == len(LABEL_NAMES) else [str(k) for k in range(classes)]
 
 
+def fold_model_probs(member: Member, texts: Sequence[str], classes: int, batch_size: int) -> list[np.ndarray]:
+    """Each of the member's fold models on `texts`, as its records keep them (one-hot votes where
+    the member votes); its fold ensemble is the mean of these calibrated (Member.fold_ensemble)."""
+    from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
+
+    if member.kind == LINEAR:
+        probs = [linear_fold_probs(f.model, f.temperature, texts, classes) for f in member.folds]
+    else:
+        probs = [
+            neural_fold_probs(Path(r.checkpoint or ""), Path(r.tokenizer_dir), texts, batch_size) for r in member.folds
+        ]
+    return [as_votes(p) for p in probs] if member.votes else probs
+
+
 def rescored_on(
     members: Sequence[Member], path: Path, label_names: list[str], batch_size: int
 ) -> tuple[np.ndarray, str]:
     """Every member's fold models on the titles of `path` (labelled): their probabilities replace
     the records' validation ones; a member whose models are not on disk is left unscored."""
     from klue_tc.data.titles import read_labelled_file
-    from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
 
     titles = read_labelled_file(path, label_names=label_names)
     for member in members:
         try:
-            if member.kind == LINEAR:
-                probs = [
-                    linear_fold_probs(f.model, f.temperature, titles.texts, len(label_names)) for f in member.folds
-                ]
-            else:
-                probs = [
-                    neural_fold_probs(Path(r.checkpoint or ""), Path(r.tokenizer_dir), titles.texts, batch_size)
-                    for r in member.folds
-                ]
+            probs = fold_model_probs(member, titles.texts, len(label_names), batch_size)
         except (FileNotFoundError, IsADirectoryError, OSError) as err:
             log.warning("%s: its fold models cannot score %s (%s): left unscored", member.name, path, err)
             member.validation = None
             continue
-        member.validation = [as_votes(p) for p in probs] if member.votes else probs
+        member.validation = probs
         member.fold_validation_f1 = float(np.mean([macro_f1_of(titles.labels, p) for p in probs]))
     return titles.labels.astype(np.int64), str(path)
 
@@ -168,6 +179,12 @@ def library(directory: Path, baselines: bool, models: bool) -> tuple[list[Member
     return members, titles, label_names_of(records, members[0].oof.shape[1]), notes
 
 
+def own_class_offsets(member: Member, labels: np.ndarray) -> np.ndarray:
+    """A linear baseline's own class offsets, chosen on its own calibrated out-of-fold predictions
+    as the ensemble's are on its weighted mean."""
+    return fit_class_offsets(logits_of(member.calibrated_oof), labels)
+
+
 def offset_baselines(ensemble: Ensemble, sides: dict, names: dict) -> list[str]:
     """Each linear baseline's fold ensemble given the ensemble's last step too, its own class offsets
     chosen on its own out-of-fold predictions: the offsets alone must not pass for the ensemble's
@@ -177,7 +194,7 @@ def offset_baselines(ensemble: Ensemble, sides: dict, names: dict) -> list[str]:
         if member.kind != LINEAR or member.votes or sides[member.key] is None:
             continue
         key = member.key + OFFSET_KEY
-        offsets = fit_class_offsets(logits_of(member.calibrated_oof), ensemble.titles.labels)
+        offsets = own_class_offsets(member, ensemble.titles.labels)
         sides[key], names[key] = offset(sides[member.key], offsets), member.name + OFFSET_NAME
         added.append(key)
     return added
@@ -228,10 +245,13 @@ def build_ensemble(
     baselines: bool = True,
     batch_size: int = EVAL_BATCH_SIZE,
     class_offsets: bool = True,
+    blind: Optional[IdentifiedTitles] = None,
 ) -> Ensemble:
     """The ensemble of the records below `directory`; `validation_file` (labelled) replaces the
     runs' validation titles, scored by every member's fold models. `class_offsets`: the weighted
-    mean is offset by class, the offsets chosen on the out-of-fold predictions after the selection."""
+    mean is offset by class, the offsets chosen on the out-of-fold predictions after the selection.
+    `blind`: titles without labels, predicted by the linear baselines' fold ensembles (with and
+    without their own class offsets) and the ensemble once all is chosen; they choose nothing."""
     directory = Path(directory)
     members, titles, label_names, notes = library(directory, baselines, models=validation_file is not None)
     voting = [m for m in members if m.votes]
@@ -251,4 +271,8 @@ def build_ensemble(
     if class_offsets:
         ensemble.class_offsets = fit_class_offsets(logits_of(ensemble.oof_probs()), titles.labels)
     ensemble.validation = score_validation(ensemble, source)
+    if blind is not None:  # last: every member, weight, temperature and offset is chosen by now
+        from klue_tc.ensemble.blind import predict_blind
+
+        ensemble.blind = predict_blind(ensemble, blind, batch_size)
     return ensemble
