@@ -249,7 +249,11 @@ def test_titles_are_normalised_and_korean_windows_text_is_read(run_dir: Path, tm
 
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["title"] for line in lines] == [title] * 3
-    assert len({(line["label"], line["probability"]) for line in lines}) == 1
+    assert len({line["label"] for line in lines}) == 1
+    # The same title in three rows of one batch: its probability agrees to float32 rounding, not to the
+    # bit, since a row's place in the batch changes the CPU kernels' summation order (differently on
+    # Intel and AMD: 0.56406379 beside 0.56406385 on a Xeon).
+    assert [line["probability"] for line in lines] == pytest.approx([lines[0]["probability"]] * 3, rel=1e-5)
 
 
 def test_an_empty_title_argument_says_it_cannot_be_classified(run_dir: Path, capsys):
