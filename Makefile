@@ -15,7 +15,7 @@ DIR    ?=
 # tokenizers and encoded titles (data.cache_dir's default): make clean removes it
 CACHE  := $(or $(KLUE_TC_CACHE),$(HOME)/.cache/klue_tc)
 
-.PHONY: help install lint test test-all test-slurm sweep sweep-named report ensemble bench bench-gpu clean
+.PHONY: help install lint test test-unit test-all test-slurm sweep sweep-named report ensemble bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,8 +35,11 @@ lint: install  ## ruff (lint and format check over the whole tree); lint-imports
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: install  ## the fast tests (no network, CPU)
+test: install  ## the unit and integration tests (no network, CPU): all but the slow ones
 	$(PY) -m pytest
+
+test-unit: install  ## the unit tier: no job, training, process or report/ensemble stage; under 3 minutes on 2 cores
+	$(PY) -m pytest -m "not integration and not slow"
 
 test-all: install  ## every test, the slow ones too
 	$(PY) -m pytest -m "slow or not slow"

@@ -71,6 +71,26 @@ def write_tsv(path: Path, rows: list[tuple[str, str]], label_as_id: bool = False
     return path
 
 
+# A slow test with no timeout of its own gets this, not pyproject's default (timeout = 300):
+# several processes training at once on 2 busy cores can pass 5 minutes.
+SLOW_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+def pytest_runtest_setup(item):
+    """A test marked `gpu` says what it needs and is skipped, with the reason, on a machine without."""
+    if item.get_closest_marker("gpu"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False here")
+
+
 @pytest.fixture(autouse=True)
 def offline_isolated_env(tmp_path, monkeypatch):
     """No network, W&B offline, every cache under this test's tmp_path."""

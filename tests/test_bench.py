@@ -254,6 +254,7 @@ def test_render_has_table_footnotes_and_targets():
     assert "seed_reference not found" in text
 
 
+@pytest.mark.integration
 def test_missing_data_is_one_line_error(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--data", str(tmp_path / "nope.tsv")], capture_output=True, text=True
@@ -317,6 +318,7 @@ def _served(result: dict, text: str) -> None:
     assert "| member cnn_mecab (neural) | 5 |" in text and "(transformer_sentencepiece, one fold)" in text
 
 
+@pytest.mark.integration
 def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
     from benchmarks.render import ensemble_lines
     from benchmarks.worker import run_worker
@@ -328,6 +330,7 @@ def test_an_ensembles_folder_is_served_against_a_single_model(tmp_path):
     _served(result, "\n".join(ensemble_lines(result)))
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_ensemble_run_end_to_end(tmp_path):
@@ -340,6 +343,7 @@ def test_the_ensemble_run_end_to_end(tmp_path):
     _served(json.loads(out.with_suffix(".json").read_text())["ensemble"], out.read_text())
 
 
+@pytest.mark.integration
 def test_an_unknown_ensemble_member_is_one_line(tmp_path):
     data = _headlines(tmp_path / "train.tsv")
     done = subprocess.run(
@@ -352,6 +356,7 @@ def test_an_unknown_ensemble_member_is_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bench_smoke_runs_every_encoder(tmp_path):
@@ -528,6 +533,7 @@ def test_gpu_projection_from_a_report(monkeypatch):
     assert "torch.cuda.max_memory_allocated" in text
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_concurrent_workers_start_together(tmp_path):
@@ -580,6 +586,7 @@ def test_a_gpu_phase_starts_no_run_once_its_budget_is_spent(tmp_path, monkeypatc
     assert b.timeout_s == 3600 and any("before second: not run" in n for n in b.notes)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_gpu_phases_run_in_order_and_project_the_sweep(tmp_path, capsys):
@@ -679,6 +686,7 @@ def test_flops_of_a_step_count_the_titles_widths_and_the_heads_rows(tmp_path):
     assert no_rows > TRAIN_STEP_FACTOR * 4 * 12 * 2 * 4 * lstm.hidden_size * (lstm.input_size + lstm.hidden_size)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_measures_pretraining_beside_fine_tuning_with_gflops(tmp_path):

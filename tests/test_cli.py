@@ -26,6 +26,7 @@ def by_fold(payloads: list[bytes], folds: int) -> dict[int, list[bytes]]:
     return {fold: [p for p in payloads if f"fold{fold}".encode() in p] for fold in range(folds)}
 
 
+@pytest.mark.integration
 def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, tiny_tsv, capsys, caplog):
     """In-process, as `python -m klue_tc` runs it (the command line's own errors are tested below)."""
     validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=4, seed=7))
@@ -87,6 +88,7 @@ def test_main_job_trains_all_folds_logs_wandb_and_scores_validation(tmp_path, ti
         assert not Path(fold["tokenizer_dir"]).is_absolute() and (rerun_dir / fold["tokenizer_dir"]).is_dir()
 
 
+@pytest.mark.integration
 def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     bad = tmp_path / "bad.tsv"
     ynat = "".join(f"{name}\t제목\n" for name in LABEL_NAMES)  # YNAT data: all seven, then a misspelt one
@@ -107,6 +109,7 @@ def test_bad_data_file_is_one_line_naming_the_line(tmp_path):
     assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["results"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "override, expected",
     [
@@ -205,6 +208,7 @@ def test_wandb_that_cannot_start_falls_back_to_csv_with_one_warning(tmp_path, mo
     assert len(warnings) == 1 and "W&B could not start" in warnings[0].getMessage()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "extra, expected",
     [

@@ -46,6 +46,7 @@ def tiny_job(tmp_path: Path, data: Path) -> list[str]:
     return one_tiny_fold(data, tmp_path / "results", "logger=none")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "part, damage, named",
     [
@@ -79,6 +80,7 @@ def test_a_damaged_record_or_checkpoint_in_the_store_is_named_and_the_fold_train
     assert sha256_of(checkpoint) == again["checkpoint_sha256"]  # whole again, and the record says so
 
 
+@pytest.mark.integration
 def test_predict_refuses_a_damaged_checkpoint_or_tokenizer_in_one_line(tmp_path, tiny_tsv, capsys):
     from klue_tc.predict import main
 
@@ -124,6 +126,7 @@ def test_a_cached_tokenizer_with_a_changed_byte_is_fitted_again(tmp_path, caplog
     assert warnings_of(caplog) == []
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "part, damage, named",
     [

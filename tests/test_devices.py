@@ -75,6 +75,7 @@ def run_on_two_cpu_devices(tmp_path, headlines_tsv, *overrides: str):
     return done, tmp_path / "run"
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
     # Before ranks were told apart, the second rank waited for rank 0's fold lock forever.
@@ -90,6 +91,7 @@ def test_two_cpu_devices_train_one_fold_to_the_end(tmp_path, headlines_tsv):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_cpu_devices_pretrain_once_on_rank_0_and_both_ranks_start_from_its_encoder(tmp_path, headlines_tsv):
     # Before the other rank waited for rank 0's encoder, it waited for a tokenizer never fitted.

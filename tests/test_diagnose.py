@@ -21,6 +21,7 @@ def test_alignment_is_one_when_every_token_is_alike_and_low_when_they_differ():
     assert alignment(spread, real) < 0.6
 
 
+@pytest.mark.integration
 def test_a_pretrained_fold_is_probed_against_a_fresh_start_and_its_plateau_named(tmp_path, tiny_tsv, capsys):
     """Two masked-LM steps cannot leave the token-frequency plateau: the probe says so, beside the
     alignment of every sublayer and the gradient reaching every part, for both starts."""

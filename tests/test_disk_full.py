@@ -116,6 +116,7 @@ def test_a_tokenizer_cache_entry_on_a_full_disk_leaves_no_half_tokenizer(tmp_pat
     assert len(cache.encoded(tokenizer, key, titles, "all")) == len(titles)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_full_disk_in_training_ends_the_job_in_one_line_and_the_same_command_then_finishes(
     tmp_path, headlines_tsv, monkeypatch
@@ -154,6 +155,7 @@ def test_a_full_disk_in_training_ends_the_job_in_one_line_and_the_same_command_t
     assert 0.0 <= run_in_process(overrides, tmp_path / "run2") <= 1.0
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_command_line_says_it_in_one_line_without_a_traceback(tmp_path, tiny_tsv):
     """A writer klue_tc does not own (a logger's file) meets the full disk: still one line, exit 2."""

@@ -115,6 +115,7 @@ def student_job(tmp, common, name: str, *extra: str):
     return run_dir, RunResult.load(run_dir / "metrics.json")
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_student_learns_the_ensembles_out_of_fold_probabilities_for_exactly_its_titles(teacher, monkeypatch):
     import klue_tc.training.module as module
@@ -155,6 +156,7 @@ def test_a_student_learns_the_ensembles_out_of_fold_probabilities_for_exactly_it
     assert distilled.folds[0].validation is not None
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_alpha_zero_gives_a_normal_jobs_numbers_and_the_student_is_reported_beside_the_ensemble(teacher):
     import pandas as pd

@@ -277,6 +277,8 @@ def run_stage(args: list[str], cwd: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.integration
+@pytest.mark.integration
 def test_the_committed_study_outputs_are_what_the_records_give_today(tmp_path):
     """The other half of the tie: the report regenerated from docs/study-pretrain's records (the
     from-scratch study's beside it) writes the committed claims.md and report.csv byte for byte, so a
@@ -289,6 +291,8 @@ def test_the_committed_study_outputs_are_what_the_records_give_today(tmp_path):
         assert written == (REPO / "docs" / "study-pretrain" / name).read_text(encoding="utf-8"), name
 
 
+@pytest.mark.integration
+@pytest.mark.integration
 def test_the_committed_ensemble_is_what_its_records_give_today(tmp_path):
     """The ensemble stage on a copy of docs/ensemble's records and baselines writes the committed
     ensemble.csv, but for the student's rows (its run directory is not in git: its record is, and the

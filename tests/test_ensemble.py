@@ -196,6 +196,7 @@ def shuffle_validation_labels(sweep, validation_file, seed: int = 7) -> None:
         predictions.save(path)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("metric", ["log_loss", "f1"])
 def test_shuffling_the_validation_labels_changes_no_member_weight_temperature_or_offset(text_store, metric):
     from klue_tc.ensemble.stage import build_ensemble
@@ -211,6 +212,7 @@ def test_shuffling_the_validation_labels_changes_no_member_weight_temperature_or
     assert after.validation.f1 != before.validation.f1  # the labels it is scored on did change
 
 
+@pytest.mark.integration
 def test_the_class_offsets_are_chosen_after_the_selection_and_can_be_left_out(text_store, capsys):
     from klue_tc.ensemble.cli import main
     from klue_tc.ensemble.stage import build_ensemble
@@ -236,6 +238,7 @@ def test_the_class_offsets_are_chosen_after_the_selection_and_can_be_left_out(te
     )
 
 
+@pytest.mark.integration
 def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline(text_store):
     import pandas as pd
 
@@ -280,6 +283,7 @@ def test_the_stage_scores_the_ensemble_against_its_best_member_and_each_baseline
 STAGE_LINE_BOUND = 120
 
 
+@pytest.mark.integration
 def test_the_stage_ends_with_lines_a_terminal_shows_whole(text_store, tmp_path, capsys):
     from klue_tc.ensemble.cli import main
 
@@ -309,6 +313,7 @@ def test_the_stage_ends_with_lines_a_terminal_shows_whole(text_store, tmp_path, 
     assert lines[0].startswith("note: 1 of 2 members' records keep no probabilities") and lines[1].startswith("  ")
 
 
+@pytest.mark.integration
 def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilities(text_store):
     from klue_tc.data.titles import read_labelled_file
     from klue_tc.ensemble.stage import build_ensemble
@@ -325,6 +330,7 @@ def test_the_baselines_are_scored_on_the_runs_folds_with_calibrated_probabilitie
     assert all(0.02 < f.temperature < 50 for m in linear for f in m.folds)  # chosen on each inner split
 
 
+@pytest.mark.integration
 def test_the_tables_are_logged_as_one_offline_wandb_run(tmp_path, caplog):
     import logging
 
@@ -343,6 +349,7 @@ def test_the_tables_are_logged_as_one_offline_wandb_run(tmp_path, caplog):
     assert b"ensemble_comparisons" in offline_run_bytes_once_written(runs[0], "ensemble_comparisons")
 
 
+@pytest.mark.integration
 def test_records_without_probabilities_take_part_by_their_votes(tmp_path):
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -355,6 +362,7 @@ def test_records_without_probabilities_take_part_by_their_votes(tmp_path):
     assert any("keep no probabilities" in note and "votes" in note for note in ensemble.notes)
 
 
+@pytest.mark.integration
 def test_members_whose_encoders_read_their_held_out_titles_are_named_in_one_line(tmp_path):
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -370,6 +378,7 @@ def test_members_whose_encoders_read_their_held_out_titles_are_named_in_one_line
     assert len(notes) == 1 and "cnn" in notes[0] and "transformer" not in notes[0]
 
 
+@pytest.mark.integration
 def test_a_configuration_short_of_folds_is_left_out_in_one_line(tmp_path):
     from klue_tc.ensemble.stage import build_ensemble
 
@@ -380,6 +389,7 @@ def test_a_configuration_short_of_folds_is_left_out_in_one_line(tmp_path):
     assert any("do not score every training title once" in note for note in ensemble.notes)
 
 
+@pytest.mark.integration
 def test_a_folder_without_records_is_one_line(tmp_path, capsys):
     from klue_tc.ensemble.cli import main
 
@@ -399,6 +409,7 @@ def trained_sweep(tmp_path_factory):
     return sweep, validation
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("baselines", [False, True])
 def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, tmp_path, capsys, baselines):
     import json
@@ -441,6 +452,7 @@ def test_the_artefact_is_served_by_predict_wherever_it_is_moved(trained_sweep, t
     assert [line["probability"] for line in lines] == pytest.approx(probs[:2].max(1).tolist(), abs=1e-6)
 
 
+@pytest.mark.integration
 def test_another_validation_file_is_scored_by_every_members_fold_models(trained_sweep, tmp_path):
     import shutil
 
@@ -461,6 +473,7 @@ def test_another_validation_file_is_scored_by_every_members_fold_models(trained_
     assert build_ensemble(sweep).selection == ensemble.selection
 
 
+@pytest.mark.integration
 def test_a_sweep_directory_reads_the_probabilities_from_the_store_its_runs_name(trained_sweep, tmp_path):
     """A study keeps its results store in docs/ (results.dir), apart from the sweep's run folders,
     whose copy of each fold's predictions holds the classes only."""
@@ -483,6 +496,7 @@ def test_a_sweep_directory_reads_the_probabilities_from_the_store_its_runs_name(
     assert all(m.votes for m in ensemble.members) and any("votes" in note for note in ensemble.notes)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_ensemble_sweep_runs_resumes_and_its_records_make_a_servable_ensemble(tmp_path):

@@ -13,6 +13,8 @@ from test_ensemble import FOLDS, text_store, trained_sweep  # noqa: F401  (fixtu
 from klue_tc.data.predictions import read_predictions
 from klue_tc.data.titles import read_identified_file
 
+pytestmark = pytest.mark.integration  # every test here runs the ensemble stage or predict on a trained folder
+
 BASELINE_FILES = ["tfidf-svm", "tfidf-svm-offset", "nbsvm", "nbsvm-offset"]
 
 

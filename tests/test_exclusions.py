@@ -102,6 +102,7 @@ def write_declared_grid(directory: Path, exclude: dict | None, at_chance: float 
             (job / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
 
 
+@pytest.mark.integration
 def test_the_report_reads_the_declared_rules_from_the_runs_configs_and_shows_both_ways(tmp_path):
     write_declared_grid(tmp_path, {"near_chance": 1.96})
     assert declared_exclusions(tmp_path).rules.rules == {"near_chance": 1.96}
@@ -120,6 +121,7 @@ def test_the_report_reads_the_declared_rules_from_the_runs_configs_and_shows_bot
     assert "- without the declared exclusion: CV macro-F1, LN × layers: depth works differently" in interactions
 
 
+@pytest.mark.integration
 def test_without_a_declaration_the_report_leaves_nothing_out(tmp_path):
     write_declared_grid(tmp_path, None)
     write_report(tmp_path, baseline=False)
@@ -128,6 +130,7 @@ def test_without_a_declaration_the_report_leaves_nothing_out(tmp_path):
     assert "- CV macro-F1: (iv) yes" in verdicts or "(iv) yes" in verdicts
 
 
+@pytest.mark.integration
 def test_runs_that_declare_different_rules_get_none_applied_and_the_report_says_so(tmp_path):
     write_declared_grid(tmp_path, {"near_chance": 1.96})
     other = tmp_path / "pre-2" / "config.yaml"

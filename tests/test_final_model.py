@@ -31,6 +31,7 @@ def final_overrides(tmp_path, train, *extra):
     ]
 
 
+@pytest.mark.integration
 def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predicts(tmp_path, capsys, caplog):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=1))
     validation = write_tsv(tmp_path / "validation.tsv", make_headlines(per_class=4, seed=2))
@@ -62,6 +63,7 @@ def test_a_final_model_trains_on_every_title_is_scored_on_validation_and_predict
     assert last.startswith(f"no comparison table: {run_dir}: only final models (cv.folds=1)")
 
 
+@pytest.mark.integration
 def test_a_final_model_without_validation_titles_is_refused_in_one_line(tmp_path):
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14, seed=1))
     with pytest.raises(ConfigError, match=r"cv.folds=1 trains one final model .* pass data.validation_path="):

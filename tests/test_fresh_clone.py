@@ -95,6 +95,7 @@ def test_every_readme_command_composes(command):
     assert validate(cfg).experiment
 
 
+@pytest.mark.integration
 def test_the_readme_column_mapping_composes_as_written():
     example = re.search(r"`(data\.title_column=\S+ data\.label_column=\S+)`", README).group(1)
     done = run_cli([*example.split(), "--cfg", "job"], cwd=REPO)
@@ -102,12 +103,14 @@ def test_the_readme_column_mapping_composes_as_written():
     assert "title_column: 제목" in done.stdout and "label_column: 분류" in done.stdout
 
 
+@pytest.mark.integration
 def test_labels_in_korean_compose_as_a_list():
     done = run_cli(["data.labels=[부정, 긍정]", "--cfg", "job"], cwd=REPO)
     assert done.returncode == 0, done.stderr[-1500:]
     assert "- 부정\n" in done.stdout and "- 긍정\n" in done.stdout
 
 
+@pytest.mark.integration
 def test_an_unreadable_override_is_one_line_that_shows_it_quoted():
     done = run_cli(["data.title_column=a;b", "--cfg", "job"], cwd=REPO)
     assert done.returncode == 2
@@ -117,6 +120,7 @@ def test_an_unreadable_override_is_one_line_that_shows_it_quoted():
     )
 
 
+@pytest.mark.integration
 def test_an_unknown_precision_is_one_line_before_anything_loads(tmp_path):
     done = run_cli(["trainer.precision=fp16", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert done.returncode == 2
@@ -128,6 +132,7 @@ def test_an_unknown_precision_is_one_line_before_anything_loads(tmp_path):
     assert "got fp16" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.integration
 def test_help_lists_the_launchers():
     done = run_cli(["--help"], cwd=REPO)
     assert done.returncode == 0
@@ -136,6 +141,7 @@ def test_help_lists_the_launchers():
     assert all(name in done.stdout for name in launchers), done.stdout[-800:]
 
 
+@pytest.mark.integration
 def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
     shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert f"SWEEP={'|'.join(SWEEP_FILES)}" in shown.stdout
@@ -157,6 +163,7 @@ def test_make_help_lists_every_sweep_and_make_sweep_asks_for_one():
     assert base.stdout.splitlines() == [f"no sweep _base: SWEEP is one of {' '.join(SWEEP_FILES)}"]
 
 
+@pytest.mark.integration
 def test_make_clean_removes_the_cache_too_and_says_so(tmp_path):
     """Tokenizers and encoded titles live in ~/.cache/klue_tc (or $KLUE_TC_CACHE): clean leaves none."""
     cache = tmp_path / "cache"
@@ -246,6 +253,7 @@ def test_the_quickstart_activates_the_venv_then_starts_with_a_run_of_minutes():
     assert "cost on this machine" in " ".join(README.split())  # the full run says what it costs at once
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_quickstart_runs_as_written_offline(tmp_path):
     """The quickstart's commands in order, each training command with tiny sizes appended: offline

@@ -48,6 +48,7 @@ def fresh_signal_state(monkeypatch):
     monkeypatch.setattr(interrupts._state, "at_step_boundary", False)
 
 
+@pytest.mark.integration
 def test_a_fold_stopped_mid_epoch_resumes_at_that_step_and_ends_as_an_uninterrupted_one(
     tmp_path, tiny_tsv, monkeypatch, fresh_signal_state
 ):
@@ -116,6 +117,7 @@ def test_a_signal_before_training_stops_at_once_with_nothing_saved(tmp_path, fre
         pass  # a worker that was stopped takes no further job
 
 
+@pytest.mark.integration
 def test_the_time_limit_signal_requeues_the_slurm_job_a_bounded_number_of_times(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -143,6 +145,7 @@ def test_the_time_limit_signal_requeues_the_slurm_job_a_bounded_number_of_times(
     assert interrupts.settle(interrupts.JobInterrupted(signal.SIGTERM), max_requeues=2).requeued is False
 
 
+@pytest.mark.integration
 def test_a_loss_that_stops_being_finite_is_a_diverged_record_left_out_of_the_means(
     tmp_path, tiny_tsv, caplog, fresh_signal_state
 ):
@@ -199,6 +202,7 @@ def wait_for(path: Path, text: str, process: subprocess.Popen, timeout: float = 
         time.sleep(0.2)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signalled_run_says_where_it_stopped_exits_non_zero_and_the_same_command_resumes(tmp_path, signum, code):
@@ -278,6 +282,7 @@ def start_two_job_parallel_sweep(tmp_path, *extra: str):
     return sweep_dir, command, env, log, process
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
 def test_a_killed_worker_is_a_failed_job_in_the_sweeps_summary_and_the_next_run_finishes_it(tmp_path):
@@ -331,6 +336,7 @@ def test_the_parallel_launcher_reports_an_interrupted_or_lost_job_as_failed():
     assert failure_summary({3: why}, 2).startswith("sweep: 1 of 2 jobs failed (#3: interrupted by SIGTERM")
 
 
+@pytest.mark.integration
 def test_a_stop_signal_between_jobs_is_remembered_and_stops_the_next_job_before_it_begins():
     # In a process of its own: pytest's signal handlers stay as they are.
     done = run_python(
@@ -352,6 +358,7 @@ def test_a_stop_signal_between_jobs_is_remembered_and_stops_the_next_job_before_
     assert "interrupted by SIGTERM before this job began" in done.stdout and "the job ran" not in done.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
 def test_sigterm_while_a_worker_waits_for_a_job_still_ends_the_sweep(tmp_path):
@@ -373,6 +380,7 @@ def test_sigterm_while_a_worker_waits_for_a_job_still_ends_the_sweep(tmp_path):
     assert not worker_pids(process.pid)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
 def test_sigterm_to_the_parallel_launcher_stops_every_job_at_a_step_and_the_rerun_resumes_them(tmp_path):

@@ -85,6 +85,7 @@ def test_ynat_files_keep_ynat_names_and_fingerprint(tmp_path):
     assert by_name.fingerprint() == by_id.fingerprint()
 
 
+@pytest.mark.integration
 def test_a_file_of_three_ynat_names_trains_a_three_class_model(tmp_path, monkeypatch, caplog):
     three = ["IT과학", "스포츠", "정치"]
     train = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=10, labels=three))
@@ -116,6 +117,7 @@ def test_a_label_outside_the_set_names_file_line_and_the_valid_labels(tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_data_labels_is_typed_and_checked(tmp_path):
     done = run_cli(["data.labels=[a,a]", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert done.returncode == 2
@@ -123,6 +125,7 @@ def test_data_labels_is_typed_and_checked(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.integration
 def test_a_validation_label_outside_the_training_set_is_one_line(tmp_path):
     train = sentiment_csv(tmp_path / "reviews.csv")
     validation = tmp_path / "val.csv"
@@ -147,6 +150,7 @@ def test_a_validation_label_outside_the_training_set_is_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_three_class_run_trains_records_and_predicts_its_own_labels(tmp_path, capsys):
     from klue_tc.predict import main, predict_titles
@@ -204,6 +208,7 @@ def distinct_headlines(per_class: int, labels=LABEL_NAMES) -> list[tuple[str, st
     return [(label, f"{label} 소식 {i}번째 기사") for label in labels for i in range(per_class)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "rows, folds, message",
     [

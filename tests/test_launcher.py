@@ -119,6 +119,7 @@ def test_out_of_range_counts_are_rejected_with_one_line(jobs_per_gpu, n_jobs, li
     assert str(err.value) == line
 
 
+@pytest.mark.integration
 def test_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(tmp_path, monkeypatch):
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f3a,GPU-77c1"}) == ["GPU-8f3a", "GPU-77c1"]
@@ -147,6 +148,7 @@ def test_parallel_is_this_launcher_with_its_defaults():
     assert (list(launcher.gpus), launcher.jobs_per_gpu) == (["0", "1"], 4)
 
 
+@pytest.mark.integration
 def test_sweep_with_zero_jobs_per_gpu_stops_with_one_line(tmp_path, headlines_tsv):
     command = sweep_command(
         "smoke", tmp_path / "sweep", headlines_tsv, "hydra/launcher=parallel", "hydra.launcher.jobs_per_gpu=0"
@@ -157,6 +159,7 @@ def test_sweep_with_zero_jobs_per_gpu_stops_with_one_line(tmp_path, headlines_ts
     assert not records(tmp_path / "sweep")
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headlines_tsv):
     """The CPU trains (trainer.accelerator=cpu); the workers are pinned to "GPUs" 0 and 1 all the same."""
@@ -187,6 +190,7 @@ def test_two_job_sweep_on_two_faked_gpus_gives_each_job_its_own(tmp_path, headli
     assert {var: {env[var] for env in seen} for var in THREAD_VARS} == {var: {n} for var, n in expected.items()}
 
 
+@pytest.mark.integration
 def test_a_users_omp_num_threads_sizes_every_pool_of_a_worker():
     """OMP_NUM_THREADS=1 alone (two sweeps side by side on two cores) must give each worker one
     thread: the slot's share of the cores filled MKL_NUM_THREADS, and torch took two."""
@@ -215,6 +219,7 @@ def test_a_users_omp_num_threads_sizes_every_pool_of_a_worker():
     }
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_worker_dies_with_its_launcher(tmp_path):
     """A launcher killed outright (kill -9, a lost login) leaves no worker training on unseen."""

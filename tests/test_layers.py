@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -29,11 +31,13 @@ def test_only_the_entry_points_stand_at_the_top_and_each_folder_says_what_it_hol
         assert docstring and docstring.splitlines()[0].strip(), f"{init} has no docstring"
 
 
+@pytest.mark.integration
 def test_the_package_imports_downward():
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
     shutil.copytree(REPO / "klue_tc", tmp_path / "klue_tc", ignore=shutil.ignore_patterns("__pycache__", "resources"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")

@@ -3,7 +3,11 @@ directory, and the job's output says where they are and how to look at them."""
 
 from __future__ import annotations
 
+import pytest
+
 from jobs import one_tiny_fold, run_in_process
+
+pytestmark = pytest.mark.integration  # every test here runs a job, a process or a stage
 
 
 def tiny_job(tmp_path, headlines_tsv, logger: str) -> list[str]:

@@ -153,6 +153,22 @@ def test_heads_ignore_pads(head):
         assert torch.allclose(model(ids), model(padded), atol=1e-5)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ENCODER_NAMES)
+def test_every_encoder_gives_the_cpus_probabilities_on_the_gpu(kind, monkeypatch):
+    # fp32 on both, TF32 off: the GPU's kernels still sum in other orders than the CPU's, so the
+    # probabilities agree to float rounding, not to the bit.
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.manual_seed(0)
+    model = build_classifier(VOCAB, PAD, tiny_encoder(kind), HeadConfig(name="blstm", hidden=8), classes=7).eval()
+    ids = batch_of_titles()
+    with torch.no_grad():
+        on_cpu = model(ids).softmax(-1)
+        on_gpu = model.cuda()(ids.cuda()).softmax(-1).cpu()
+    torch.testing.assert_close(on_gpu, on_cpu, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ENCODER_NAMES)
 def test_pre_and_post_layer_norm_really_differ(kind):
     ids = batch_of_titles()

@@ -78,6 +78,7 @@ def test_the_search_config_names_the_callback():
     assert target == "klue_tc.report.optuna_trials.OptunaTrialsCallback"
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_optunas_import_prints_no_alembic_set_up_lines():
     """Hydra's logging shows INFO: importing optuna under it printed seven `setup plugin alembic` lines."""

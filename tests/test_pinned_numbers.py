@@ -112,6 +112,7 @@ def test_every_built_in_encoder_and_objective_has_pinned_numbers():
     assert set(OBJECTIVES.built_ins) == set(PINNED_PRETRAINING)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(PINNED_FOLDS))
 def test_a_tiny_fold_of_each_built_in_encoder_makes_its_pinned_numbers(tmp_path, one_thread, case):
     overrides, (f1, inner_f1, weights) = PINNED_FOLDS[case]
@@ -122,6 +123,7 @@ def test_a_tiny_fold_of_each_built_in_encoder_makes_its_pinned_numbers(tmp_path,
     assert found[2] == pytest.approx(weights, rel=WEIGHTS_REL)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("objective", sorted(PINNED_PRETRAINING))
 def test_a_tiny_pretraining_of_each_objective_makes_its_pinned_numbers(tmp_path, one_thread, objective):
     fold = train_tiny_fold(tmp_path, "+experiment=transformer", f"pretrain={objective}", *TINY_PRETRAINING)

@@ -300,6 +300,7 @@ def tiny_pretraining(tmp_path, *overrides):
     return run, fold_corpus_from(texts)
 
 
+@pytest.mark.integration
 def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
@@ -318,6 +319,7 @@ def test_a_second_job_with_the_same_key_trains_nothing(tmp_path, monkeypatch):
     assert pretrained_key(other_seed, CPU, corpus, None) != first.key
 
 
+@pytest.mark.integration
 def test_a_job_that_wants_an_encoder_being_trained_waits_then_reuses_it(tmp_path, monkeypatch):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
     store, cache = PretrainedStore(tmp_path / "pretrained"), TokenizerCache(tmp_path / "cache")
@@ -349,6 +351,7 @@ class Killed(Exception):
     pass
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("objective", ["mlm", "electra"])
 def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog, objective):
     run, corpus = tiny_pretraining(
@@ -382,6 +385,7 @@ def test_a_killed_pretraining_resumes_from_its_last_saved_step(tmp_path, caplog,
         torch.testing.assert_close(resumed.weights[name], tensor, msg=name)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("save_every, killed_at", [(5, 7), (3, 8)])  # saved at an epoch's end; part-way through
 def test_a_pretraining_resumed_from_lightnings_checkpoint_ends_with_the_same_bits(tmp_path, save_every, killed_at):
     run, corpus = tiny_pretraining(
@@ -407,6 +411,7 @@ def test_a_pretraining_resumed_from_lightnings_checkpoint_ends_with_the_same_bit
     assert all(torch.equal(resumed.weights[name], tensor) for name, tensor in whole.weights.items())
 
 
+@pytest.mark.integration
 def test_a_state_left_by_the_earlier_hand_written_loop_is_pretrained_from_the_start(tmp_path, caplog):
     from klue_tc.core.checksums import write_with_sidecar
 
@@ -423,6 +428,7 @@ def test_a_state_left_by_the_earlier_hand_written_loop_is_pretrained_from_the_st
     assert outcome.steps == 2 and outcome.loss_steps == 2
 
 
+@pytest.mark.integration
 def test_a_stop_signal_saves_pretraining_at_that_step_and_the_rerun_goes_on_from_it(tmp_path, monkeypatch):
     import signal
 
@@ -463,6 +469,7 @@ def assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, wei
     assert all(torch.equal(loaded[name], weights[name]) for name in weights)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("encoder", ENCODERS)
 def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_path, encoder):
     run, corpus = tiny_pretraining(tmp_path, f"+experiment={encoder}", "pretrain.max_steps=3")
@@ -474,6 +481,7 @@ def test_every_encoder_pretrains_and_its_weights_load_into_the_classifier(tmp_pa
     assert_every_sublayer_learned_and_loads_into_the_classifier(run, stored, weights, initial)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tokenizer", ["mecab", "kobert"])
 def test_every_tokenizer_pretrains(tmp_path, tokenizer):
     extra = []
@@ -521,6 +529,7 @@ def test_the_pretrained_store_lies_inside_results_dir_and_one_beside_it_is_still
     assert pretraining.store_for(mine, results, "k").root == tmp_path / "mine"  # pretrain.dir as named
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path, monkeypatch):
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=14))
@@ -562,6 +571,7 @@ def test_a_three_fold_job_with_one_corpus_pretrains_once_and_records_it(tmp_path
     assert {Path(fold["pretrained"]["path"]).parent for fold in metrics["folds"]} == {tmp_path / "pretrained"}
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_command_line_pretrains_then_fine_tunes_and_logs_pretraining_as_its_own_run(tmp_path, tiny_tsv):
     validation = write_tsv(tmp_path / "val.tsv", make_headlines(per_class=3, seed=7))
@@ -664,6 +674,7 @@ def test_the_electra_loss_is_the_generators_plus_lambda_times_the_detection_loss
     assert loss.item() == pytest.approx(generator_loss.item() + 7 * bce(logits, labels).item(), rel=1e-5)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("encoder", ENCODERS + ["trans_blstm_parallel_pre"])
 def test_every_encoder_pretrains_with_electra_and_only_its_encoder_is_stored(tmp_path, encoder):
     extra = ["encoder.ln=pre"] if encoder.endswith("_pre") else []
@@ -706,6 +717,7 @@ def test_a_masked_lm_loss_near_the_token_frequency_entropy_is_named(meta, warned
         assert "7.52" in line and "7.79" in line and "pretrain.epochs" in line
 
 
+@pytest.mark.integration
 def test_a_stored_pretraining_records_its_token_entropy_and_warns_on_the_plateau(tmp_path, caplog):
     """Two steps cannot leave the plateau: the job's log says so in one line, beside the entropy it stored."""
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain.max_steps=2")
@@ -722,6 +734,7 @@ def test_a_stored_pretraining_records_its_token_entropy_and_warns_on_the_plateau
     assert [r.message for r in caplog.records if "token frequencies" in r.message]
 
 
+@pytest.mark.integration
 def test_a_second_pretraining_seed_is_a_new_encoder_on_the_same_titles_and_folds(tmp_path):
     """pretrain.seed draws other initial weights and batches, keyed as its own encoder and results;
     unset, it is the run's seed: every key made before it is as it was."""
@@ -769,6 +782,7 @@ def test_the_shared_code_in_the_code_version_keeps_every_stored_encoders_key(tmp
     assert pretrained_keys(run, CPU, corpus, None) == keys
 
 
+@pytest.mark.integration
 def test_an_encoder_stored_by_earlier_code_that_makes_the_same_numbers_is_not_pretrained_again(tmp_path, monkeypatch):
     """SAME_NUMBERS_AS covers the pretrained encoders as it covers the fold records: an encoder
     stored under the key of an earlier code version it names is found; without the entry, this code

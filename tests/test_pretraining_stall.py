@@ -45,6 +45,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[name], b[name]), name
 
 
+@pytest.mark.integration
 def test_a_pretraining_the_rule_never_restarts_is_the_same_to_the_last_bit(tmp_path, monkeypatch):
     """The rule on (two restarts allowed) over a corpus whose plateau the loss is far below: the same
     loss at every step and the same weights as with the rule off, the check recorded beside them."""
@@ -70,6 +71,7 @@ def test_a_pretraining_the_rule_never_restarts_is_the_same_to_the_last_bit(tmp_p
     assert not list(tmp_path.glob("*.stall.json"))  # the running file is gone once the meta holds it
 
 
+@pytest.mark.integration
 def test_a_pretraining_on_the_plateau_restarts_from_its_start_at_half_the_rate(tmp_path):
     """Two steps of eight cannot leave the plateau of a tiny corpus: with one restart allowed, the rule
     restarts at step 4 and the restart is, step for step, the pretraining at half the rate."""
@@ -92,6 +94,7 @@ def test_a_pretraining_on_the_plateau_restarts_from_its_start_at_half_the_rate(t
     assert second["loss"] > second["plateau"] - second["margin"]  # still on it: a second restart, had one been left
 
 
+@pytest.mark.integration
 def test_a_job_killed_after_a_restart_resumes_the_restarted_attempt(tmp_path):
     run, corpus = tiny_pretraining(
         tmp_path,
@@ -120,6 +123,7 @@ def test_a_job_killed_after_a_restart_resumes_the_restarted_attempt(tmp_path):
     assert resumed.loss == pytest.approx(whole.loss)  # the last steps' losses were saved with the state
 
 
+@pytest.mark.integration
 def test_the_stored_encoder_and_its_folds_record_the_rule(tmp_path):
     run, corpus = tiny_pretraining(
         tmp_path, "+experiment=transformer", "pretrain.max_steps=4", "pretrain.stall.max_restarts=1"
@@ -132,6 +136,7 @@ def test_the_stored_encoder_and_its_folds_record_the_rule(tmp_path):
     assert not list(stored.path.glob("resume*"))
 
 
+@pytest.mark.integration
 def test_electra_has_no_plateau_to_check(tmp_path):
     run, corpus = tiny_pretraining(tmp_path, "+experiment=transformer", "pretrain=electra", "pretrain.max_steps=2")
     tokenizer, encoded = fitted(run, corpus)

@@ -80,6 +80,7 @@ class TinyClassifier(L.LightningModule):
         return self._loader()
 
 
+@pytest.mark.integration
 def test_epoch_lines_land_whole_above_a_bar_that_counts_like_them(tmp_path, monkeypatch):
     terminal = io.StringIO()
     monkeypatch.setattr(sys, "stdout", terminal)  # the stream rich's live display redirects
@@ -126,6 +127,7 @@ class SlowClassifier(TinyClassifier):
         return DataLoader(data, batch_size=8)
 
 
+@pytest.mark.integration
 def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch(tmp_path, monkeypatch, caplog):
     """Written to a file (no bar), a job says before its first epoch ends what all its folds cost
     at the measured rate, then a step line at a fixed interval within the epoch."""
@@ -144,6 +146,7 @@ def test_off_a_terminal_the_job_says_its_cost_first_and_a_line_within_each_epoch
     assert steps and all("titles/s | elapsed" in line and "ETA" in line for line in steps), lines
 
 
+@pytest.mark.integration
 def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr("klue_tc.jobs.progress.COST_AFTER_S", 0.05)
     job = JobProgress(folds_to_train=1, max_epochs=1, every_s=0.0)
@@ -158,6 +161,7 @@ def test_a_terminals_bar_replaces_the_step_lines_but_not_the_cost(tmp_path, monk
     assert not any(" step " in line for line in lines), lines
 
 
+@pytest.mark.integration
 def test_an_epoch_cut_short_is_costed_by_its_steps(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr("klue_tc.jobs.progress.COST_AFTER_S", 0.05)
     job = JobProgress(folds_to_train=1, max_epochs=1)

@@ -104,6 +104,7 @@ def plain(cell: str) -> str:
     return cell.replace("**", "").removesuffix(" *")
 
 
+@pytest.mark.integration
 def test_table_values_and_layout(sweep_dir: Path):
     summary = write_report(sweep_dir)
 
@@ -140,6 +141,7 @@ def cell_half(summary: pd.DataFrame, *cell) -> float:
     return (row.f1_high - row.f1_low) / 2
 
 
+@pytest.mark.integration
 def test_files_written(sweep_dir: Path):
     summary = write_report(sweep_dir)
 
@@ -159,6 +161,7 @@ def test_files_written(sweep_dir: Path):
     assert (sweep_dir / "f1_by_layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.integration
 def test_the_report_names_the_command_that_writes_it_again(sweep_dir: Path, tmp_path: Path):
     (tmp_path / "other" / "a").mkdir(parents=True)
     write_metrics(tmp_path / "other" / "a", metrics("mecab", "cnn", "post", 2, [(0, 0.7), (1, 0.8)]))
@@ -168,6 +171,7 @@ def test_the_report_names_the_command_that_writes_it_again(sweep_dir: Path, tmp_
     assert command in (sweep_dir / "claims.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.integration
 def test_single_run_directory_and_heads(tmp_path: Path):
     """A single run's metrics.json holds all folds; two heads put the head into the row label."""
     write_metrics(tmp_path / "a", metrics("kobert", "cnn", "post", 3, [(0, 0.7), (1, 0.8)], head="cls"))
@@ -184,6 +188,7 @@ def test_single_run_directory_and_heads(tmp_path: Path):
     assert plain(table.loc["cnn / post / mean", 3]).startswith("0.650 ±")
 
 
+@pytest.mark.integration
 def test_cli_on_a_directory_without_results(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     done = subprocess.run(
@@ -214,6 +219,7 @@ def offline_run_bytes_once_written(path: Path, key: str, timeout_s: float = 30.0
     return content
 
 
+@pytest.mark.integration
 def test_wandb_offline_run_holds_the_table(sweep_dir: Path, offline_wandb, caplog):
     # The sweep callback passes the logger's DictConfig as it is.
     wandb_cfg = OmegaConf.create({"project": "klue_tc_test", "entity": None, "mode": "offline", "group": None})
@@ -228,6 +234,7 @@ def test_wandb_offline_run_holds_the_table(sweep_dir: Path, offline_wandb, caplo
     assert (sweep_dir / "report.md").is_file()
 
 
+@pytest.mark.integration
 def test_wandb_failure_is_one_warning(sweep_dir: Path, offline_wandb, monkeypatch, caplog):
     import wandb
 
@@ -245,6 +252,7 @@ def test_wandb_failure_is_one_warning(sweep_dir: Path, offline_wandb, monkeypatc
         assert (sweep_dir / name).is_file()
 
 
+@pytest.mark.integration
 def test_missing_cells_and_short_configurations_are_named(sweep_dir: Path, caplog):
     with caplog.at_level(logging.WARNING, logger="klue_tc.report"):
         write_report(sweep_dir)
@@ -275,6 +283,7 @@ def test_a_row_no_record_has_begun_is_missing_too():
     assert count == 2
 
 
+@pytest.mark.integration
 def test_a_sweep_at_its_first_fold_is_short_of_the_planned_folds(tmp_path: Path):
     """Fold 0 of every configuration and nothing more: each is short of the runs' cv.folds, although
     no configuration has more folds than another."""
@@ -287,6 +296,7 @@ def test_a_sweep_at_its_first_fold_is_short_of_the_planned_folds(tmp_path: Path)
     assert "- sentencepiece / transformer / post / 2, 4, 6 layers: 1 of 3 folds" in missing  # a line per row
 
 
+@pytest.mark.integration
 def test_validation_column_effects_claims_and_code_versions(tmp_path: Path, caplog):
     """Fold records with validation scores and two code versions: both metrics get a table and
     effects, the claims are judged for both, and the mix of code versions is a warning."""
@@ -346,6 +356,7 @@ def report_of_codes(directory: Path, codes: dict[str, list[dict]], caplog) -> tu
     return (directory / "report.md").read_text(encoding="utf-8"), [r.getMessage() for r in caplog.records]
 
 
+@pytest.mark.integration
 def test_configurations_of_other_encoders_made_by_one_code_are_not_a_mix(tmp_path: Path, caplog):
     """Each configuration's code version covers its own encoder's module, so a transformer and a cnn
     made by the same code have two versions: one shared code, no warning."""
@@ -357,6 +368,7 @@ def test_configurations_of_other_encoders_made_by_one_code_are_not_a_mix(tmp_pat
     assert "predate" not in markdown
 
 
+@pytest.mark.integration
 def test_one_configuration_of_folds_made_by_different_code_is_a_mix_named(tmp_path: Path, caplog):
     markdown, warnings = report_of_codes(
         tmp_path,
@@ -375,6 +387,7 @@ def test_one_configuration_of_folds_made_by_different_code_is_a_mix_named(tmp_pa
     assert any("mixes records of different code" in w and named in w for w in warnings)
 
 
+@pytest.mark.integration
 def test_configurations_made_by_different_shared_code_are_a_mix(tmp_path: Path, caplog):
     markdown, warnings = report_of_codes(
         tmp_path, {"transformer": [code("aaaa", "s1")] * FOLDS, "cnn": [code("bbbb", "s2")] * FOLDS}, caplog
@@ -384,6 +397,7 @@ def test_configurations_made_by_different_shared_code_are_a_mix(tmp_path: Path, 
     assert any(shared in w for w in warnings)
 
 
+@pytest.mark.integration
 def test_records_of_older_code_without_the_shared_part_are_compared_within_their_configuration(tmp_path: Path, caplog):
     """Records that kept no shared part (docs/study-pretrain's): other encoders' versions are no mix,
     and the report says what it could not compare."""
@@ -395,6 +409,7 @@ def test_records_of_older_code_without_the_shared_part_are_compared_within_their
     assert compared in markdown
 
 
+@pytest.mark.integration
 def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path, tmp_path: Path):
     """The committed study keeps only the results store's records (docs/study/results): the report
     on that folder matches the report on the sweep's run folders."""
@@ -416,6 +431,7 @@ def test_a_folder_of_results_records_alone_gives_the_same_table(sweep_dir: Path,
     assert (tmp_path / "study" / "report.md").is_file() and (tmp_path / "study" / "claims.md").is_file()
 
 
+@pytest.mark.integration
 def test_records_from_two_machines_are_named_beside_the_seconds(tmp_path: Path):
     """A study that spans sittings may run on different CPUs: seconds per fold compare only within one."""
     for i, config in enumerate(CONFIGS[:2]):
@@ -441,6 +457,7 @@ def verdicts_section(markdown: str) -> str:
     return markdown.split("## Verdicts")[1].split("\n## ")[0]
 
 
+@pytest.mark.integration
 def test_models_at_chance_get_no_verdicts_and_no_effects(tmp_path: Path):
     """A smoke sweep's models at macro-F1 0.04-0.10 (a classifier ignoring the title scores about
     1/7) learnt nothing: their differences are noise, so neither verdicts nor effects are given."""
@@ -460,6 +477,7 @@ def test_models_at_chance_get_no_verdicts_and_no_effects(tmp_path: Path):
     assert not (tmp_path / "effects.png").exists() and "effects.png" not in markdown
 
 
+@pytest.mark.integration
 def test_a_question_is_judged_only_where_the_grid_has_its_cells(tmp_path: Path):
     """Two encoders at 2 and 3 layers, post-LN, one tokenizer, models that learnt: only (vi) (more
     layers) has the cells it needs; the others say what they need in one line."""
@@ -479,6 +497,7 @@ def test_a_question_is_judged_only_where_the_grid_has_its_cells(tmp_path: Path):
     assert "(ii) TRANS-BLSTM is the highest" not in claims and "(vi) Do more layers help" in claims
 
 
+@pytest.mark.integration
 def test_every_plot_the_report_names_exists(tmp_path: Path):
     """A single run (one configuration) has no effects to draw: the report names only what it wrote."""
     write_metrics(tmp_path / "run", metrics("sentencepiece", "transformer", "post", 2, [(0, 0.7), (1, 0.72)]))
@@ -491,6 +510,7 @@ def test_every_plot_the_report_names_exists(tmp_path: Path):
     assert all((tmp_path / name).is_file() for name in named.split(", "))
 
 
+@pytest.mark.integration
 def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
     """Optuna's trials share one table cell (they differ in settings the table does not show): the
     cell shows the trial optimization_results.yaml names best, and the report says so."""
@@ -519,6 +539,7 @@ def test_an_optuna_sweep_shows_the_trial_optuna_named_best(tmp_path: Path):
     assert "the trial Optuna named best (optimization_results.yaml: best value 0.0513)" in markdown
 
 
+@pytest.mark.integration
 def test_records_of_different_settings_are_one_line_naming_them_not_one_table(tmp_path: Path, capsys):
     """A sweep re-run with other ARGS beside the first one's records: the table would set a 500-title
     epoch beside 3,000 titles and 3 epochs, so the report names what differs and stops."""
@@ -571,6 +592,7 @@ def interrupted_half_way(write):
     return half_then_interrupt
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("writer", ["savefig", "to_csv"])
 def test_a_report_interrupted_while_it_writes_leaves_the_previous_one_whole(sweep_dir: Path, monkeypatch, writer):
     from matplotlib.figure import Figure
@@ -586,6 +608,7 @@ def test_a_report_interrupted_while_it_writes_leaves_the_previous_one_whole(swee
     assert [p.name for p in after if after[p] != before[p]] == []
 
 
+@pytest.mark.integration
 def test_a_section_is_one_entry_of_the_contents_shown_only_where_it_has_something(sweep_dir: Path, monkeypatch):
     """A new section is a function of the report context and one line in the contents: report.md
     shows it where it says something, and leaves out one with nothing, heading and all."""

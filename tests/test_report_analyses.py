@@ -177,6 +177,7 @@ def trained_store(tmp_path_factory) -> tuple:
     return tmp, results
 
 
+@pytest.mark.integration
 def test_a_moved_run_directory_is_compared_with_the_baselines_title_by_title(trained_store, tmp_path):
     """A single run keeps its records in the shared results store; its own directory keeps each
     fold's predicted classes beside metrics.json, so its report resamples titles wherever it lies."""
@@ -196,6 +197,7 @@ def test_a_moved_run_directory_is_compared_with_the_baselines_title_by_title(tra
     assert "− TF-IDF char_wb 1-3-grams + linear SVM | **" in table and "No paired comparison" not in table
 
 
+@pytest.mark.integration
 def test_a_record_without_its_size_is_measured_from_its_config_as_training_measured_it(trained_store):
     from klue_tc.store.results import ResultsStore
 
@@ -213,6 +215,7 @@ def test_a_record_without_its_size_is_measured_from_its_config_as_training_measu
     assert measured.loc[key, "flops_per_title"] == pytest.approx(first.forward_flops_per_title)
 
 
+@pytest.mark.integration
 def test_sizes_migrated_into_older_records_leave_the_report_as_it_was_and_build_no_model(
     trained_store, tmp_path, monkeypatch, capsys
 ):
@@ -253,6 +256,7 @@ def test_sizes_migrated_into_older_records_leave_the_report_as_it_was_and_build_
     assert {name: (sweep / name).read_text(encoding="utf-8") for name in before} == before
 
 
+@pytest.mark.integration
 def test_the_report_holds_every_further_analysis(trained_store):
     from klue_tc.report.write import write_report
 
@@ -327,6 +331,7 @@ def test_configurations_kept_from_their_size_by_one_reason_are_counted_in_one_li
     assert grouped(problems) == ["2 configurations: data.path=x: file not found", "c: no config.yaml"]
 
 
+@pytest.mark.integration
 def test_without_the_data_file_the_report_says_so_and_keeps_what_the_records_hold(trained_store, tmp_path):
     import shutil
 
@@ -719,6 +724,7 @@ def test_the_comparison_at_the_training_class_mix_weighs_each_validation_title_b
     assert moved.difference != pytest.approx(on["validation_f1"].difference)
 
 
+@pytest.mark.integration
 def test_a_cell_trained_again_agrees_within_its_folds_noise_and_is_matched_by_what_it_is(tmp_path):
     """Matched by configuration and pretraining seed, not by key (other code keys it otherwise); the
     tolerance is max(0.01, 2 x the reference's fold std); a cell the reference lacks is a line."""

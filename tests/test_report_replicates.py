@@ -65,6 +65,7 @@ def report(sweep: Path) -> tuple[pd.DataFrame, str, pd.DataFrame, pd.DataFrame]:
     )
 
 
+@pytest.mark.integration
 def test_two_pretraining_seeds_are_one_row_with_the_mean_of_their_fold_means(tmp_path: Path):
     sweep = tmp_path / "sweep"
     write_cell(sweep, "scratch", [0.60, 0.62, 0.61], 0.6, pretrain="none")
@@ -126,6 +127,7 @@ def test_the_interval_widens_where_two_seeds_disagree_and_not_where_they_agree(o
     assert disagree.point["p"] == pytest.approx((one.point["p"] + alone) / 2)
 
 
+@pytest.mark.integration
 def test_two_keys_of_one_configuration_and_one_seed_are_a_line_naming_both(tmp_path: Path, caplog):
     sweep = tmp_path / "sweep"
     write_cell(sweep, "scratch", [0.60, 0.62, 0.61], 0.6, pretrain="none")
@@ -144,6 +146,7 @@ def test_two_keys_of_one_configuration_and_one_seed_are_a_line_naming_both(tmp_p
     assert pretrained["validation_ensemble_f1"] == pytest.approx((0.51 + 0.47) / 2)  # the seeds' ensembles' mean
 
 
+@pytest.mark.integration
 def test_a_store_without_replicates_reports_as_before(tmp_path: Path):
     sweep = tmp_path / "older" / "sweep"
     write_cell(sweep, "scratch", [0.60, 0.62, 0.61], 0.6, pretrain="none")

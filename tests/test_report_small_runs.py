@@ -69,6 +69,7 @@ def test_runs_that_differ_only_in_a_validation_file_share_their_baseline(tmp_pat
     assert "no baseline row" not in caplog.text
 
 
+@pytest.mark.integration
 def test_a_single_runs_report_has_no_empty_section_or_file_and_labels_both_validation_scores(tmp_path, monkeypatch):
     run = single_run(tmp_path / "run")
     from klue_tc.report import plots
@@ -204,6 +205,7 @@ def test_learning_curves_tick_whole_epochs(tmp_path, drawn):
     assert ticks and all(float(tick).is_integer() for tick in ticks)
 
 
+@pytest.mark.integration
 def test_a_small_sweeps_report_has_no_heading_with_nothing_under_it(tmp_path):
     """A smoke sweep (4 configurations, 2 folds, no validation file, no config.yaml): what its records
     cannot show is one list at the end, not a heading each over a 'No ...' line."""
@@ -223,6 +225,7 @@ def test_a_small_sweeps_report_has_no_heading_with_nothing_under_it(tmp_path):
     assert "- linear baselines: " in left_out and "- per-class F1 and confusion matrix: " in left_out
 
 
+@pytest.mark.integration
 def test_a_note_the_sweep_file_declares_is_said_once_in_the_report_and_at_the_sweeps_end(tmp_path, monkeypatch, capsys):
     """sweeps/smoke.yaml declares report.note (its scores are not meant to mean anything): report.md
     says it under its title, and the report's and the sweep's last lines end with it."""

@@ -89,6 +89,7 @@ def test_macro_f1_by_quantile_scores_each_model_on_each_slice_of_the_ordered_tit
 
 
 # The tuned TF-IDF in the fast tests; its variants, over 10 s each on 2 busy cores, in the slow ones.
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "option",
     ["", pytest.param("--untuned", marks=pytest.mark.slow), pytest.param("--baseline=nbsvm", marks=pytest.mark.slow)],

@@ -15,6 +15,8 @@ from conftest import TINY_MODEL, make_headlines, write_tsv
 from jobs import run_in_process, run_sweep_job_in_process
 from klue_tc.predict import main as predict
 
+pytestmark = pytest.mark.integration  # every test here runs a job, a process or a stage
+
 LABELS = ["IT과학", "스포츠", "정치"]
 
 

@@ -22,6 +22,8 @@ from klue_tc.data.titles import LABEL_NAMES
 from klue_tc.training.baseline import BASELINES, TFIDF_SVM, baseline_pipeline
 from klue_tc.training.linear_files import arrays_path, load_linear_model, model_files, save_linear_model
 
+pytestmark = pytest.mark.integration  # most tests here serve a trained folder or run predict in a subprocess
+
 
 class SideEffect:
     """Unpickled, it creates `marker`: what a pickle can do as it loads."""

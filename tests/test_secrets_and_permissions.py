@@ -37,6 +37,7 @@ def test_credentials_are_found_by_name_and_redacted_in_configs(credentials):
     }
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_nothing_a_run_writes_holds_a_credential(tmp_path, tiny_tsv, credentials):
     """An `oc.env` interpolation and a shell-expanded override both carry a token into the config;
@@ -87,6 +88,7 @@ def test_a_launcher_setting_holding_a_credential_is_refused_before_any_script(cr
     NoSecretsInScripts().on_multirun_start(OmegaConf.create({"hydra": {"launcher": {"setup": ["export A=1"]}}}))
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_slurm_sweep_with_a_credential_in_its_setup_is_one_line(tmp_path, tiny_tsv, credentials):
     done = run_cli(

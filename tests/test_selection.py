@@ -191,6 +191,7 @@ def train_one_fold(run, data: LabelledTitles, folder, scored_labels=None):
     return record, weights, prepared
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # two trainings of six epochs
 def test_the_scored_folds_labels_cannot_change_the_chosen_epoch_or_checkpoint(tmp_path):
     run = fold_config(tmp_path)
@@ -232,6 +233,7 @@ def macro_f1(truth, predicted) -> float:
     return float(f1_score(truth, predicted, average="macro"))
 
 
+@pytest.mark.integration
 def test_per_title_predictions_are_stored_and_equal_the_models_outputs(tmp_path):
     from klue_tc.data.titles import read_labelled_file
     from klue_tc.training.inference import load_fold, predict_probs
@@ -321,6 +323,7 @@ def test_the_baseline_on_a_runs_folds_follows_its_selection_rule(tmp_path):
     assert score_on_folds(data, cv, 42, tmp_path / "baseline.json") == legacy
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "selected, expected",
     [

@@ -23,7 +23,7 @@ from test_sweeps import SKIPPED, SMOKE_JOBS, TRAINED, records, sweep_command, sw
 
 from conftest import SHARED_TRAIN, make_headlines, write_tsv
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(1800)]
 
 SWEEP_TIMEOUT_S = 900  # one submitting command: 8 jobs, 2 at a time, on 2 shared cores
 

@@ -178,6 +178,7 @@ def test_smoke_grid_is_8_small_jobs_and_launchers_are_config_choices():
     assert (slurm.gpus_per_node, slurm.timeout_min, slurm.array_parallelism) == (1, 120, 64)
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # a multirun of 8 jobs and the report in a process of its own: half a minute on 2 busy cores
 def test_resumed_smoke_sweep_skips_every_finished_job(tmp_path, headlines_tsv):
     """Records already in <sweep>/results (as a killed sweep leaves them): nothing is trained again."""
@@ -255,6 +256,7 @@ def test_a_sweep_rerun_with_other_settings_has_a_folder_of_its_own():
 # --- slow: real sweeps --------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "parallel", "submitit_local"])
 def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_tsv, launcher):
@@ -283,6 +285,7 @@ def test_smoke_sweep_with_each_launcher_writes_the_report(tmp_path, headlines_ts
         assert len(report_runs) == 1 and len(sweep_runs) == 1 + SMOKE_JOBS // 2
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_sweep_rerun_with_other_args_leaves_the_first_ones_jobs_store_and_report_alone(tmp_path, headlines_tsv):
     one_job = ["+experiment=transformer", "encoder.layers=2", "cv.fold=0", "logger=none"]
@@ -301,6 +304,7 @@ def test_a_sweep_rerun_with_other_args_leaves_the_first_ones_jobs_store_and_repo
     assert all((folder / "report.md").is_file() for folder in (first, second))
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_killed_sweep_reruns_only_the_missing_jobs(tmp_path, headlines_tsv):
     sweep_dir = tmp_path / "sweep"
@@ -336,6 +340,7 @@ def test_killed_sweep_reruns_only_the_missing_jobs(tmp_path, headlines_tsv):
     assert_report(sweep_dir)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["the same command twice", "two users' sweeps, one store"])
 def test_two_sweeps_at_once_train_each_job_and_encoder_once_and_leave_whole_records(tmp_path, headlines_tsv, layout):
@@ -380,6 +385,7 @@ def test_two_sweeps_at_once_train_each_job_and_encoder_once_and_leave_whole_reco
         assert report["f1_mean"].notna().all()
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_resume_false_retrains_and_overwrites(tmp_path, headlines_tsv):
     sweep_dir = tmp_path / "sweep"
@@ -395,6 +401,7 @@ def test_resume_false_retrains_and_overwrites(tmp_path, headlines_tsv):
     assert again == path and path.stat().st_mtime_ns > stamp and second["f1"] == pytest.approx(first["f1"])
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_optuna_study_records_a_failed_trial_and_goes_on(tmp_path, headlines_tsv):
     """Two trials: `trainer.max_epochs=0` is rejected at start-up (it could never validate): a failed

@@ -27,6 +27,7 @@ def overrides(tmp_path, data, *extra):
     return [f"data.path={data}", f"results.dir={tmp_path / 'results'}", "logger=none", *TINY_MODEL, *extra]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_trains_a_few_steps(tmp_path, tiny_tsv, experiment):
     run_dir = tmp_path / "run"
@@ -52,6 +53,7 @@ def test_every_experiment_trains_a_few_steps(tmp_path, tiny_tsv, experiment):
     assert (run_dir / "fold0" / "best.ckpt").is_file() and (run_dir / "config.yaml").is_file()
 
 
+@pytest.mark.integration
 def test_a_learnable_task_reaches_f1_well_above_chance(tmp_path):
     data = write_tsv(tmp_path / "train.tsv", make_headlines(per_class=30, seed=1))
     run_dir = tmp_path / "run"
@@ -71,6 +73,7 @@ def test_a_learnable_task_reaches_f1_well_above_chance(tmp_path):
     assert cv_f1 > 0.7  # chance is 1/7; a title's copies share a fold, so none is scored on a title it learnt
 
 
+@pytest.mark.integration
 def test_the_same_seed_gives_the_same_numbers(tmp_path, tiny_tsv):
     results = []
     for attempt in range(2):
@@ -128,6 +131,7 @@ def test_cpu_vendor_and_flags_come_from_the_kernel_list(tmp_path):
     assert cpu_info(tmp_path / "absent").flags == set()
 
 
+@pytest.mark.integration
 def test_ema_checkpoints_the_averaged_weights(tmp_path, tiny_tsv, monkeypatch):
     import torch
 
@@ -263,6 +267,7 @@ def test_ema_decay_ramps_up_then_holds():
         assert torch.allclose(averaged[0], torch.full((3,), 1 - expected_decay))
 
 
+@pytest.mark.integration
 def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_tsv):
     import torch
     import yaml
@@ -309,6 +314,7 @@ def test_the_regularized_recipe_trains_and_its_checkpoint_loads(tmp_path, tiny_t
     assert probs.shape == (1, 7) and torch.allclose(probs.sum(), torch.tensor(1.0))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "every_s, second_run_epochs",
     [

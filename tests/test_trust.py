@@ -272,6 +272,7 @@ def test_the_store_finds_the_studys_from_scratch_record_as_finished(tmp_path, ce
     assert (lookup.record is not None) == found and not lookup.reused_other_code
 
 
+@pytest.mark.integration
 def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path, tiny_tsv, monkeypatch, caplog):
     from klue_tc.jobs import job_setup
 
@@ -300,6 +301,7 @@ def test_a_rerun_after_a_code_change_trains_again_unless_told_to_reuse(tmp_path,
 # --- fail fast -------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "extra, expected",
     [
@@ -328,6 +330,7 @@ def test_every_input_is_checked_before_the_first_step(tmp_path, tiny_tsv, extra,
 # --- the results store -------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_damaged_records_and_caches_are_reported_and_rebuilt(tmp_path, tiny_tsv, caplog):
     args = tiny_job(tmp_path, tiny_tsv, "cv.fold=0")
     run_in_process(args, tmp_path / "first")
@@ -343,6 +346,7 @@ def test_damaged_records_and_caches_are_reported_and_rebuilt(tmp_path, tiny_tsv,
     assert json.loads(record.read_text())["fold"] == 0  # a complete record again
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # two processes training at once: the better part of a minute on 2 busy cores
 def test_two_identical_jobs_at_once_both_finish_with_one_record(tmp_path, tiny_tsv):
     env = {**os.environ, "PYTHONPATH": str(REPO), "KLUE_TC_CACHE": str(tmp_path / "cache")}
@@ -371,6 +375,7 @@ def test_two_identical_jobs_at_once_both_finish_with_one_record(tmp_path, tiny_t
     assert finals[0] == finals[1]
 
 
+@pytest.mark.integration
 def test_written_files_follow_the_users_umask(tmp_path, tiny_tsv):
     old = os.umask(0o022)
     try:
@@ -384,6 +389,7 @@ def test_written_files_follow_the_users_umask(tmp_path, tiny_tsv):
 # --- what a job says ---------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # a whole job as a process (Lightning's notices are a process's): half a minute
 def test_progress_lines_count_from_one_and_the_end_names_the_run_directory(tmp_path, tiny_tsv):
     run_dir = tmp_path / "run"
@@ -399,6 +405,7 @@ def test_progress_lines_count_from_one_and_the_end_names_the_run_directory(tmp_p
     assert lines[-2] == f"run directory: {run_dir}"
 
 
+@pytest.mark.integration
 def test_a_key_of_another_variant_is_one_line_naming_who_has_it(tmp_path):
     done = run_cli(
         ["+experiment=transformer", "encoder.conv_kernel=5", f"hydra.run.dir={tmp_path / 'run'}"],

@@ -15,6 +15,8 @@ import pytest
 from jobs import one_tiny_fold, run_cli, run_in_process
 from klue_tc.core.errors import DiskFullError, ResourceError
 
+pytestmark = pytest.mark.integration  # every test here runs a job, a process or a stage
+
 STORES = {
     "results.dir": "the results store (results.dir)",
     "data.cache_dir": "the cache (data.cache_dir)",

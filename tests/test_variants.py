@@ -109,6 +109,7 @@ def probe(root: Path, pythonpath: list[Path] = (), script: str = PROBE) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # three processes on copies of the package: half a minute on 2 busy cores
 def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_path, repo_with_gated):
     plain = probe(copy_repo(tmp_path / "plain"))
@@ -135,6 +136,7 @@ def test_the_readmes_encoder_joins_every_list_from_one_module_and_one_yaml(tmp_p
     assert line.endswith("; valid choices: " + ", ".join(sorted([*EXPERIMENTS, "gated"]))), line
 
 
+@pytest.mark.integration
 def test_variants_from_entry_points_come_after_the_built_ins_sorted_and_are_fingerprinted(tmp_path, repo_with_gated):
     site = tmp_path / "site"
     module = external_distribution(site, "zeta_encoders", "a_external")
@@ -147,6 +149,7 @@ def test_variants_from_entry_points_come_after_the_built_ins_sorted_and_are_fing
     assert edited == {**first["versions"], "a_external": edited["a_external"]}  # nor a retrained other
 
 
+@pytest.mark.integration
 def test_a_sublayer_that_breaks_the_contract_is_one_line_when_it_registers(tmp_path):
     root = copy_repo(tmp_path / "repo")
     (root / "klue_tc" / "models" / "encoders" / "broken.py").write_text(
@@ -210,6 +213,7 @@ def test_sublayer_defaults_to_its_last_linear_as_output_layer():
     assert ffn.output_layers() == [ffn.net[-1]]
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_readmes_encoder_trains_and_a_sweep_takes_every_experiment(tmp_path, repo_with_gated, headlines_tsv):
     tiny = [f"data.path={headlines_tsv}", "cv.folds=2", "trainer.max_epochs=1", "logger=none", *TINY_MODEL]
@@ -301,6 +305,7 @@ class Swap(Objective):
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_an_objective_is_one_module_and_pretrains_through_the_command_line(tmp_path, headlines_tsv):
     root = copy_repo(tmp_path / "repo")

@@ -58,6 +58,7 @@ def tiny_job(tmp_path: Path, headlines_tsv: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.integration
 def test_train_loss_is_logged_every_epoch_on_a_run_shorter_than_the_logging_interval(tmp_path, headlines_tsv):
     run_dir = tmp_path / "run"
     # 49 training titles in batches of 16: 4 steps an epoch, under log_every_n_steps (20).
@@ -67,6 +68,7 @@ def test_train_loss_is_logged_every_epoch_on_a_run_shorter_than_the_logging_inte
     assert len({row["epoch"] for row in rows}) == 3
 
 
+@pytest.mark.integration
 def test_an_interrupted_fold_finishes_its_wandb_run_as_failed_under_its_own_name(tmp_path, headlines_tsv, monkeypatch):
     from wandb.sdk.wandb_run import Run
 
@@ -89,6 +91,7 @@ def test_an_interrupted_fold_finishes_its_wandb_run_as_failed_under_its_own_name
     assert exit_code == 1  # W&B shows the run failed, not finished
 
 
+@pytest.mark.integration
 def test_a_sweep_has_a_group_and_an_aggregate_run_per_configuration_beside_its_report_run(tmp_path, fake_wandb):
     from klue_tc.jobs.job_setup import wandb_group
     from klue_tc.report.sweep_callback import SweepReportCallback
@@ -139,6 +142,7 @@ def test_one_line_says_how_to_view_and_upload_every_offline_run(tmp_path, caplog
     assert offline_runs_line(tmp_path / "run" / "wandb" / "offline-run-20260101_120000-aaa") is None
 
 
+@pytest.mark.integration
 def test_an_aggregate_made_again_replaces_its_earlier_offline_run(tmp_path):
     """A sweep re-run makes its configurations' aggregate runs again from the same records: offline,
     each replaces the one before instead of piling up beside it."""
