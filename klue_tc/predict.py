@@ -26,14 +26,8 @@ from typing import Optional, Sequence
 
 from klue_tc.core.config import EVAL_BATCH_SIZE
 from klue_tc.core.errors import USER_ERROR_EXIT, KlueTcError, ResourceError
-from klue_tc.data.titles import (
-    LABEL_NAMES,
-    IdentifiedTitles,
-    decode_text,
-    has_letter_or_digit,
-    is_identified_table,
-    read_identified_file,
-)
+from klue_tc.data.identified import IdentifiedTitles, is_identified_table, read_identified_file
+from klue_tc.data.titles import LABEL_NAMES, decode_text, has_letter_or_digit
 from klue_tc.store.records import FoldResult, RunResult
 from klue_tc.tokenizers.normalisation import normalise_title
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from test_ensemble import FOLDS, text_store, trained_sweep  # noqa: F401  (fixtures)
 
+from klue_tc.data.identified import read_identified_file
 from klue_tc.data.predictions import read_predictions
-from klue_tc.data.titles import read_identified_file
 
 pytestmark = pytest.mark.integration  # every test here runs the ensemble stage or predict on a trained folder
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from klue_tc.data.titles import IdentifiedTitles
+from klue_tc.data.identified import IdentifiedTitles
 from klue_tc.ensemble.calibration import offset
 from klue_tc.ensemble.members import LINEAR, Member
 

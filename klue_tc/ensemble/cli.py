@@ -79,7 +79,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rounds < 1 or args.patience < 1 or args.batch_size < 1:
         parser().error("--rounds, --patience and --batch-size must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    from klue_tc.data.titles import read_identified_file
+    from klue_tc.data.identified import read_identified_file
     from klue_tc.ensemble.artefact import ArtefactError, write_artefact
     from klue_tc.ensemble.blind import BLIND_DIR, write_blind
     from klue_tc.ensemble.distillation import student_score, write_soft_labels

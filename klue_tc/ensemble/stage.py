@@ -22,7 +22,7 @@ from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection
 from klue_tc.store.records import FoldResult
 
 if TYPE_CHECKING:
-    from klue_tc.data.titles import IdentifiedTitles
+    from klue_tc.data.identified import IdentifiedTitles
     from klue_tc.ensemble.blind import BlindPredictions
 
 log = logging.getLogger(__name__)
