@@ -518,6 +518,51 @@ class DistillConfig:
         ]
 
 
+NO_WIDE_PATH = "none"  # wide.name when the model is the encoder and its head alone
+WIDE_PATHS = (NO_WIDE_PATH, "nbsvm")
+
+
+@dataclass
+class WideConfig:
+    """A wide path beside the encoder, in the same model and the same forward pass ("wide and deep";
+    Mesnil et al. 2014 combine NB-SVM with neural models): each title's binarised character 1-3-grams,
+    NB-SVM's features (klue_tc/training/baseline.py), through a linear map on the features scaled by
+    each class's naive-Bayes log-count ratio, its logits added to the head's (klue_tc/models/wide.py).
+    The map starts as an NB-SVM fitted on the fold's training titles less its inner split, whose
+    vocabulary and ratios it keeps (never a held-out or validation title's), and trains with the
+    encoder. In the results key only while on, so no key made before it moved."""
+
+    name: str = NO_WIDE_PATH  # none | nbsvm
+    dropout: float = 0.1  # share of a title's n-grams left out at each training step
+    weight_decay: float = 0.01  # AdamW's, on the wide path's weights alone (its bias is not decayed)
+    lr: Optional[float] = None  # its learning rate (the same schedule); null: optim.lr
+    # NB-SVM's C and beta that start the path; null: chosen on the inner split from the NB-SVM
+    # baseline's grid, as the baseline chooses them.
+    svm_c: Optional[float] = None
+    svm_beta: Optional[float] = None
+
+    @property
+    def on(self) -> bool:
+        return self.name != NO_WIDE_PATH
+
+    def checks(self) -> list[Check]:
+        return [
+            one_of("wide.name", self.name, WIDE_PATHS),
+            share("wide.dropout", self.dropout),
+            at_least("wide.weight_decay", self.weight_decay, 0.0),
+            (self.lr is None or self.lr > 0, f"wide.lr must be > 0, got {self.lr}"),
+            (
+                (self.svm_c is None) == (self.svm_beta is None),
+                "wide.svm_c and wide.svm_beta go together: set both, or neither to choose them on the inner split",
+            ),
+            (self.svm_c is None or self.svm_c > 0, f"wide.svm_c must be > 0, got {self.svm_c}"),
+            (
+                self.svm_beta is None or 0.0 <= self.svm_beta <= 1.0,
+                f"wide.svm_beta must be in [0, 1], got {self.svm_beta}",
+            ),
+        ]
+
+
 @dataclass
 class SlurmConfig:
     # How often a job stopped by its time limit's signal puts itself back in the queue, counting
@@ -606,6 +651,8 @@ class RunConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     # Off unless distill.teacher names a soft-label file; in the results key only then.
     distill: DistillConfig = keyed_while_on(DistillConfig)
+    # Off unless wide=nbsvm; in the results key only then.
+    wide: WideConfig = keyed_while_on(WideConfig)
     slurm: SlurmConfig = outside_results_key(default_factory=SlurmConfig)
     report: ReportConfig = outside_results_key(default_factory=ReportConfig)
 
@@ -682,6 +729,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
         run.results,
         run.pretrain,
         run.distill,
+        run.wide,
         run.slurm,
         run.report,
     ):
@@ -725,6 +773,8 @@ def register_schemas() -> None:
         store.store(group="logger", name=kind.value, node=LoggerConfig(name=kind))
     for objective in [NO_PRETRAINING, *OBJECTIVES.names()]:
         store.store(group="pretrain", name=objective, node=pretrain_config(objective))
+    for path in WIDE_PATHS:
+        store.store(group="wide", name=path, node=WideConfig(name=path))
     for group, registry in VARIANT_GROUPS.items():
         for name in registry.names():
             store.store(group=group, name=name, node=registry[name].config(name=name))

@@ -1,7 +1,8 @@
 """A member's fold models on new titles: the probabilities each fold model gives, as the ensemble
-stage scored them (neural: the fold's checkpoint through its own tokenizer; linear: the softmax of
-its decision scores at its fold's temperature). Both are read without running code from their
-files: the checkpoint as tensors and plain values, the linear model as arrays and JSON."""
+stage scored them (neural: the fold's checkpoint through its own tokenizer, and with the wide path
+its n-grams; linear: the softmax of its decision scores at its fold's temperature). Both are read
+without running code from their files: the checkpoint as tensors and plain values, the linear model
+and the n-grams as arrays and JSON."""
 
 from __future__ import annotations
 
@@ -30,15 +31,21 @@ def decision_scores(model: Any, texts: Sequence[str], classes: Optional[int] = N
 
 
 def load_classifier(checkpoint: Path, folder: Optional[Path] = None):
-    """The fold's classifier (a TopicClassifierModule, on the CPU) from its checkpoint, read as
-    tensors and plain values only: as Lightning's load_from_checkpoint builds it (its hparams are
-    plain dicts), without the unpickling that could run code. A checkpoint that needs more is
-    refused in one line naming it and the command that converts `folder`."""
+    """The fold's classifier (a TopicClassifierModule, with the wide path a WideTopicClassifierModule,
+    on the CPU) from its checkpoint, read as tensors and plain values only: as Lightning's
+    load_from_checkpoint builds it (its hparams are plain dicts), without the unpickling that could
+    run code. A checkpoint that needs more is refused in one line naming it and the command that
+    converts `folder`."""
     from klue_tc.engine.checkpoints import load_weights_only
     from klue_tc.training.module import TopicClassifierModule
 
     saved = load_weights_only(Path(checkpoint), "cpu", folder)
-    module = TopicClassifierModule(**saved.get("hyper_parameters", {}))
+    hparams = saved.get("hyper_parameters", {})
+    if "wide" in hparams:  # trained with the wide path (klue_tc/training/wide.py)
+        from klue_tc.training.wide import WideTopicClassifierModule as module_class
+    else:
+        module_class = TopicClassifierModule
+    module = module_class(**hparams)
     module.load_state_dict(saved["state_dict"])
     return module
 
@@ -55,7 +62,13 @@ def neural_fold_probs(
 
     device = default_device()
     module = load_classifier(checkpoint, folder)
-    return predict_probs(module, load_tokenizer(tokenizer_dir), texts, batch_size, device)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    if "wide" in module.hparams:  # with the wide path: its n-grams' vocabulary lies in the tokenizer folder
+        from klue_tc.training.wide import wide_probs
+        from klue_tc.training.wide_files import load_ngram_features
+
+        return wide_probs(module, tokenizer, load_ngram_features(tokenizer_dir), texts, batch_size, device)
+    return predict_probs(module, tokenizer, texts, batch_size, device)
 
 
 def linear_fold_probs(model: Path, temperature: float, texts: Sequence[str], classes: int) -> np.ndarray:

@@ -99,8 +99,11 @@ def start_job(cfg: DictConfig) -> JobContext:
 def score_validation(job: JobContext, folds: list[FoldResult]) -> RunValidation:
     """The fold ensemble on the validation titles, its confusion matrix beside metrics.json."""
     from klue_tc.core.figures import plot_confusion
-    from klue_tc.training.evaluate import score_run
 
+    if job.run.wide.on:
+        from klue_tc.training.wide import score_wide_run as score_run
+    else:
+        from klue_tc.training.evaluate import score_run
     validation = score_run(folds, job.inputs.validation, job.run.data.eval_batch_size)
     names = list(job.inputs.validation.label_names)
     title = f"{job.run.experiment}: the fold ensemble on {Path(validation.ensemble.source).name}"
@@ -232,7 +235,12 @@ def train_and_store(job: JobContext, k: int, fold: FoldTitles, cache, callbacks:
     teacher = job.inputs.teacher
     prepared = prepare(job.run, fold, cache, pretrained, teacher.probs if teacher is not None else None)
     with fold_logger(job, k) as logger:
-        record = train_fold(job, k, prepared, logger, callbacks, pretrained)
+        if job.run.wide.on:  # the wide path beside the encoder (klue_tc/training/wide.py)
+            from klue_tc.training.wide import train_wide_fold
+
+            record = train_wide_fold(job, k, fold, prepared, logger, callbacks, pretrained)
+        else:
+            record = train_fold(job, k, prepared, logger, callbacks, pretrained)
     if record is None:
         return None
     job.store.put(job.key, k, record, job.config)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Optional, Protocol
 
 from klue_tc.core.config import RunConfig, keyed_settings
 from klue_tc.core.hardware import Device
 from klue_tc.data.corpus import Corpus
-from klue_tc.store.fingerprint import SAME_NUMBERS_AS, code_version
+from klue_tc.store.fingerprint import SAME_NUMBERS_AS, Choices, version_of
 from klue_tc.store.records import CodeVersion
 from klue_tc.tokenizers.cache import tokenizer_key
 
@@ -45,7 +46,9 @@ def pretrained_keys(run: RunConfig, device: Device, corpus: Corpus, tokenizer_id
         "seed": run.seed,
         "precision": device.precision,
     }
-    code = code_version(run)
+    # The code of the configuration less its wide path, which trains after the pretraining: an
+    # encoder is the same encoder with the wide path on or off.
+    code = version_of(replace(Choices.of(run), wide=None))
     versions = [code, *(CodeVersion(earlier, code.versions) for earlier in SAME_NUMBERS_AS.get(code.fingerprint, ()))]
     # The code as the key has always read it: the shared part is inside the fingerprint already.
     keyed = [{"fingerprint": version.fingerprint, "versions": version.versions} for version in versions]

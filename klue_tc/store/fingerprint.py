@@ -4,6 +4,7 @@ It hashes, without docstrings, comments, log calls, the messages of raised error
   - NUMERIC_MODULES, the code every fold runs to make its numbers (reading and normalising titles,
     folds, tokenizers, models, losses, masking, the training step, scoring and metrics);
   - PRETRAINING_MODULES, where the configuration pretrains;
+  - WIDE_MODULES, where it has the wide path beside its encoder (wide=nbsvm);
   - the modules of the variants it chose (its tokenizer, encoder, head and pretraining objective:
     klue_tc/core/registry.py), with the klue_tc modules that they alone import (cnn's Transformer config);
 and the versions of LIBRARIES. Each file's code is hashed on its own and the digests combined in
@@ -69,6 +70,15 @@ PRETRAINING_MODULES = (
     "klue_tc.pretraining.stall",  # the restart of a pretraining stalled on the token-frequency plateau
     "klue_tc.pretraining.objectives",  # what every objective shares: BERT's masking, the encoder it starts from
 )
+# The wide path (klue_tc/core/config.py's WideConfig): in the code version only while it is on, so
+# that with it off every code version is as it was.
+WIDE_MODULES = (
+    "klue_tc.data.ngrams",  # each title's n-grams, in its batch
+    "klue_tc.models.wide",  # NB-SVM as a layer, beside the classifier
+    "klue_tc.training.wide",  # the fold's n-grams, the module, the fold, its scores
+    "klue_tc.training.baseline",  # the NB-SVM that starts the path, its (C, beta) chosen on the inner split
+    "klue_tc.training.nbsvm",
+)
 # Imported by the code above, but making no number: their edits keep every record.
 OUTSIDE_NUMBERS = (
     "klue_tc.core",  # the package's docstring
@@ -87,6 +97,7 @@ OUTSIDE_NUMBERS = (
     "klue_tc.engine.checkpoints",  # where and when training state is saved
     "klue_tc.training.job_context",
     "klue_tc.training.model_size",  # a count of parameters and FLOPs beside the scores
+    "klue_tc.training.wide_files",  # where the wide path's n-grams are written and read
 )
 
 # Records of earlier code that this code makes again to the last digit: {this code's fingerprint
@@ -129,17 +140,20 @@ SAME_NUMBERS_AS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Choices:
-    """The variants a configuration runs (klue_tc/core/registry.py); objective None: no pretraining."""
+    """The variants a configuration runs (klue_tc/core/registry.py); objective None: no pretraining;
+    wide None: no wide path."""
 
     tokenizer: str
     encoder: str
     head: str
     objective: Optional[str] = None
+    wide: Optional[str] = None
 
     @classmethod
     def of(cls, run: RunConfig) -> Choices:
         objective = run.pretrain.objective if run.pretrain.active else None
-        return cls(run.tokenizer.name, run.encoder.name, run.head.name, objective)
+        wide = run.wide.name if run.wide.on else None
+        return cls(run.tokenizer.name, run.encoder.name, run.head.name, objective, wide)
 
 
 def module_file(name: str, root: Path = PACKAGE_ROOT) -> Optional[Path]:
@@ -191,7 +205,7 @@ def declared_files(names: tuple[str, ...], root: Path = PACKAGE_ROOT) -> set[Pat
 def own_files(source: Path, root: Path = PACKAGE_ROOT) -> set[Path]:
     """A variant's module and the klue_tc modules it imports that are not declared here (another
     variant's module, a helper of its own), followed through their imports in turn."""
-    declared = declared_files(NUMERIC_MODULES + PRETRAINING_MODULES + OUTSIDE_NUMBERS, root)
+    declared = declared_files(NUMERIC_MODULES + PRETRAINING_MODULES + WIDE_MODULES + OUTSIDE_NUMBERS, root)
     seen, pending = set(), [source]
     while pending:
         path = pending.pop()
@@ -227,6 +241,8 @@ def numeric_sources(choices: Choices, root: Path = PACKAGE_ROOT) -> list[Path]:
     files = declared_files(NUMERIC_MODULES, root)
     if choices.objective is not None:
         files |= declared_files(PRETRAINING_MODULES, root)
+    if choices.wide is not None:
+        files |= declared_files(WIDE_MODULES, root)
     return sorted(files | variant_sources(choices, root))
 
 
@@ -331,7 +347,7 @@ def unplaced_modules(root: Path = PACKAGE_ROOT) -> list[str]:
     own: each must be placed, in the numbers or outside them."""
     from klue_tc.core.registry import ENCODERS, HEADS, OBJECTIVES, TOKENIZERS
 
-    declared = declared_files(NUMERIC_MODULES + PRETRAINING_MODULES + OUTSIDE_NUMBERS, root)
+    declared = declared_files(NUMERIC_MODULES + PRETRAINING_MODULES + WIDE_MODULES + OUTSIDE_NUMBERS, root)
     variants = set()
     for registry in (TOKENIZERS, ENCODERS, HEADS, OBJECTIVES):
         for variant in registry.variants():
@@ -339,7 +355,7 @@ def unplaced_modules(root: Path = PACKAGE_ROOT) -> list[str]:
                 variants |= own_files(root / variant.source.relative_to(PACKAGE_ROOT), root)
     placed = declared | variants
     seen, unplaced = set(), set()
-    pending = sorted(declared_files(NUMERIC_MODULES + PRETRAINING_MODULES, root))
+    pending = sorted(declared_files(NUMERIC_MODULES + PRETRAINING_MODULES + WIDE_MODULES, root))
     while pending:
         path = pending.pop()
         if path in seen:

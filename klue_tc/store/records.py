@@ -64,7 +64,8 @@ class Describe:
 class ModelSize:
     """How big the classifier is (klue_tc/training/model_size.py counts it)."""
 
-    embedding_params: int  # token and position tables: they grow with the vocabulary, not the design
+    # token and position tables (and the wide path's n-gram table): they grow with the vocabulary, not the design
+    embedding_params: int
     non_embedding_params: int  # the blocks and the head
     forward_flops_per_title: float  # one forward pass over a title of `title_length` tokens
     title_length: int  # the median length of the fold's scored titles, in tokens

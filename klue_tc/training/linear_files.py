@@ -89,6 +89,19 @@ def vectorizer_settings(vectorizer: Any) -> dict:
     return {"kind": kind, "params": params, "vocabulary": vocabulary}
 
 
+def vectorizer_from_settings(settings: dict, source: Path) -> Any:
+    """The vectorizer `vectorizer_settings` wrote, its vocabulary fixed (`source`: the file, for errors)."""
+    if settings.get("kind") not in VECTORIZERS:
+        raise LinearModelError(f"{source}: unknown vectorizer kind")
+    params = dict(settings["params"])
+    params["dtype"] = np.dtype(params["dtype"]).type
+    params["ngram_range"] = tuple(params["ngram_range"])
+    vocabulary = settings["vocabulary"]
+    if len(set(vocabulary)) != len(vocabulary):
+        raise LinearModelError(f"{source}: its vocabulary repeats a term")
+    return VECTORIZERS[settings["kind"]](**params, vocabulary={term: i for i, term in enumerate(vocabulary)})
+
+
 def classifier_arrays(classifier: Any) -> tuple[dict, dict]:
     """The classifier's settings (JSON) and arrays."""
     if type(classifier) is NBSVM:
@@ -114,12 +127,7 @@ def save_linear_model(pipeline: Pipeline, model: Path) -> None:
     if not model.name.endswith(MODEL_SUFFIX):
         raise ValueError(f"{model}: a linear model's settings file ends with {MODEL_SUFFIX}")
     arrays_file = arrays_path(model)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:  # a handle: given a path, numpy would append .npz to it
-            np.savez(handle, **arrays)
-
-    atomic_write(arrays_file, write)
+    write_arrays(arrays_file, arrays)
     payload = {
         "format": FORMAT,
         "version": VERSION,
@@ -128,6 +136,29 @@ def save_linear_model(pipeline: Pipeline, model: Path) -> None:
         "classifier": classifier_settings,
     }
     atomic_write_text(model, json.dumps(with_checksum(payload), ensure_ascii=False))
+
+
+def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """`arrays` as one .npz file, written whole or not at all."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:  # a handle: given a path, numpy would append .npz to it
+            np.savez(handle, **arrays)
+
+    atomic_write(path, write)
+
+
+def read_arrays(path: Path, sha256: str, settings: Path) -> dict[str, np.ndarray]:
+    """The arrays at `path`, checked against the checksum the settings file `settings` keeps, read
+    with numpy's allow_pickle off: an array that would need a pickle is refused, not loaded."""
+    require_checksum(path, sha256, Path(settings).name)
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    except ValueError as err:
+        if "allow_pickle" in str(err):
+            raise refusal(path, Path(settings).parent, "an array file holding pickled objects") from None
+        raise
 
 
 def load_linear_model(model: Path) -> LinearModel:
@@ -140,27 +171,13 @@ def load_linear_model(model: Path) -> LinearModel:
         raise LinearModelError(f"{model}: unreadable linear model ({type(err).__name__}: {err})") from None
     if settings.get("format") != FORMAT or settings.get("version") != VERSION:
         raise LinearModelError(f"{model}: not a {FORMAT} of version {VERSION}")
-    arrays_file = arrays_path(model)  # by name, so that a copy under another name finds its own
-    require_checksum(arrays_file, settings["arrays_sha256"], model.name)
-    try:
-        with np.load(arrays_file, allow_pickle=False) as stored:
-            arrays = {name: stored[name] for name in stored.files}
-    except ValueError as err:
-        if "allow_pickle" in str(err):
-            raise refusal(arrays_file, model.parent, "an array file holding pickled objects") from None
-        raise
-    vectorizer_settings, classifier = settings["vectorizer"], settings["classifier"]
-    if vectorizer_settings["kind"] not in VECTORIZERS or classifier["kind"] not in CLASSIFIERS:
-        raise LinearModelError(f"{model}: unknown vectorizer or classifier kind")
-    params = dict(vectorizer_settings["params"])
-    params["dtype"] = np.dtype(params["dtype"]).type
-    params["ngram_range"] = tuple(params["ngram_range"])
-    vocabulary = vectorizer_settings["vocabulary"]
-    vectorizer = VECTORIZERS[vectorizer_settings["kind"]](
-        **params, vocabulary={term: i for i, term in enumerate(vocabulary)}
-    )
+    arrays = read_arrays(arrays_path(model), settings["arrays_sha256"], model)  # by name: a copy finds its own
+    classifier = settings["classifier"]
+    if classifier["kind"] not in CLASSIFIERS:
+        raise LinearModelError(f"{model}: unknown classifier kind")
+    vectorizer = vectorizer_from_settings(settings["vectorizer"], model)
     coef = arrays["coef"]
-    if coef.ndim != 2 or coef.shape[1] != len(vocabulary) or len(set(vocabulary)) != len(vocabulary):
+    if coef.ndim != 2 or coef.shape[1] != len(vectorizer.vocabulary):
         raise LinearModelError(f"{model}: its arrays do not match its vocabulary")
     if "idf" in arrays:
         vectorizer.idf_ = arrays["idf"]

@@ -28,7 +28,8 @@ def parameter_counts(model: nn.Module) -> tuple[int, int]:
     seen: set[int] = set()
     embedding = 0
     for module in model.modules():
-        if isinstance(module, nn.Embedding) and id(module.weight) not in seen:
+        # nn.EmbeddingBag: the wide path's n-gram table (klue_tc/models/wide.py), which grows with its vocabulary.
+        if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and id(module.weight) not in seen:
             seen.add(id(module.weight))
             embedding += module.weight.numel()
     # Position tables kept as bare parameters (not nn.Embedding) are embeddings too.

@@ -32,7 +32,7 @@ class NBSVM(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         self.classes_ = unique_labels(y)
         self.n_features_in_ = X.shape[1]
-        weights, biases = [], []
+        weights, biases, ratios, interpolated = [], [], [], []
         for label in self.classes_:
             mine = y == label
             p = self.alpha + np.asarray(X[mine].sum(axis=0)).ravel()
@@ -43,8 +43,12 @@ class NBSVM(ClassifierMixin, BaseEstimator):
             w = (1 - self.beta) * np.abs(w).mean() + self.beta * w
             weights.append(w * ratio)  # the scaling folded into the weights: x . (w' * r)
             biases.append(float(svm.intercept_[0]))
+            ratios.append(ratio)
+            interpolated.append(w)
         self.coef_ = np.vstack(weights)
         self.intercept_ = np.asarray(biases)
+        # Both factors of coef_ (classes, features), for a model that trains on from them (klue_tc/models/wide.py).
+        self.nb_ratios_, self.svm_coef_ = np.vstack(ratios), np.vstack(interpolated)
         return self
 
     def decision_function(self, X) -> np.ndarray:
