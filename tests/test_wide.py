@@ -227,6 +227,7 @@ def fresh_signal_state(monkeypatch):
     monkeypatch.setattr(interrupts._state, "at_step_boundary", False)
 
 
+@pytest.mark.integration
 def test_a_tiny_wide_job_trains_resumes_to_the_last_bit_and_predicts_from_a_moved_run(
     tmp_path, fresh_signal_state, monkeypatch, capsys
 ):
