@@ -778,7 +778,7 @@ def test_the_shared_code_in_the_code_version_keeps_every_stored_encoders_key(tmp
     code = fingerprint.code_version(run)
     assert code.shared is not None
     keys = pretrained_keys(run, CPU, corpus, None)
-    monkeypatch.setattr(encoder_keys, "code_version", lambda run: CodeVersion(code.fingerprint, code.versions))
+    monkeypatch.setattr(encoder_keys, "version_of", lambda choices: CodeVersion(code.fingerprint, code.versions))
     assert pretrained_keys(run, CPU, corpus, None) == keys
 
 
@@ -795,7 +795,7 @@ def test_an_encoder_stored_by_earlier_code_that_makes_the_same_numbers_is_not_pr
     earlier = ensure_pretrained(run, CPU, corpus, store, cache, None)
     made_by = fingerprint.code_version(run)
     later = CodeVersion("0123456789ab", made_by.versions)  # this code after an edit that moves no number
-    monkeypatch.setattr(encoder_keys, "code_version", lambda run: later)
+    monkeypatch.setattr(encoder_keys, "version_of", lambda choices: later)
     monkeypatch.setattr(encoder_keys, "SAME_NUMBERS_AS", {later.fingerprint: (made_by.fingerprint,)})
     keys = pretrained_keys(run, CPU, corpus, None)
     assert keys[1] == earlier.key != keys[0]
