@@ -1,0 +1,130 @@
+"""Stores that stay small: what a sweep's folders hold on disk, said as it starts and ends."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY_MODEL
+from klue_tc.jobs.sweeps import expand_grid, job_folds
+from klue_tc.store.disk import Places, fold_sizes, measure, typical_fold
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def write(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def hand_made_store(root: Path) -> tuple[Path, Path]:
+    """A sweep folder with its store: one configuration's fold 0 (record, predictions, checkpoint and
+    tokenizer, hard-linked into the job's run folder as the store does) and two W&B offline runs."""
+    sweep = root / "sweep"
+    (sweep / "multirun.yaml").parent.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n", encoding="utf-8")
+    store = sweep / "results"
+    write(store / "abc" / "fold0.json", 100)
+    write(store / "abc" / "fold0.predicted.npz", 50)
+    run = sweep / "sentencepiece" / "transformer-post-L1" / "fold0"
+    write(run / "fold0" / "best.ckpt", 4000)
+    write(run / "fold0" / "tokenizer" / "spiece.model", 1000)
+    (store / "abc" / "fold0" / "tokenizer").mkdir(parents=True)
+    os.link(run / "fold0" / "best.ckpt", store / "abc" / "fold0" / "best.ckpt")
+    os.link(run / "fold0" / "tokenizer" / "spiece.model", store / "abc" / "fold0" / "tokenizer" / "spiece.model")
+    write(run / "wandb" / "offline-run-20200101_000000-old" / "run-old.wandb", 300)
+    write(run / "wandb" / "offline-run-20990101_000000-new" / "run-new.wandb", 200)
+    write(run / "__main__.log", 10)
+    return sweep, store
+
+
+# --- unit: measuring, the grid's jobs ----------------------------------------------------------------
+
+
+def test_a_store_is_measured_by_kind_each_linked_file_once(tmp_path):
+    sweep, store = hand_made_store(tmp_path)
+    write(tmp_path / "cache" / "tokenizers" / "k" / "spiece.model", 700)
+
+    use = measure(Places(store, runs=sweep, cache=tmp_path / "cache"))
+
+    assert use.bytes["records"] == 150 and use.bytes["checkpoints"] == 5000  # the run folder's links: not again
+    assert use.bytes["wandb"] == 500 and use.bytes["caches"] == 700 and use.bytes["pretrained"] == 0
+    assert use.bytes["other"] == len("hydra: {}\n") + 10
+    assert use.split().startswith("records 150 bytes, checkpoints 4.9 KB, pretrained encoders 0 bytes, W&B runs")
+    fold = typical_fold(fold_sizes(store))
+    assert (fold.record, fold.predictions, fold.checkpoint, fold.tokenizer) == (100, 50, 4000, 1000)
+
+
+def test_a_sweeps_folds_are_its_jobs_with_the_command_lines_values_replacing_its_axes():
+    params = {"+experiment": "transformer,cnn", "encoder.layers": "2,3", "cv.fold": "range(0,2)"}
+    assert len(expand_grid(params)) == 8
+    jobs = expand_grid(params, ["encoder.layers=4", "data.limit=300"])
+    assert len(jobs) == 4 and all("encoder.layers=4" in job and "data.limit=300" in job for job in jobs)
+    assert sum(job_folds(job, None, 5) for job in jobs) == 4  # each names its fold
+    assert job_folds(["+experiment=cnn"], None, 5) == 5 and job_folds(["+experiment=cnn"], 0, 5) == 1
+
+
+# --- integration: a tiny sweep --------------------------------------------------------------------
+
+TINY_SWEEP = """\
+defaults:
+  - _base
+  - _self_
+
+sweep: tiny
+cv:
+  folds: 2
+trainer:
+  max_epochs: 1
+
+hydra:
+  sweeper:
+    params:
+      +experiment: transformer
+      encoder.layers: {layers}
+      cv.fold: "0"
+"""
+
+
+def tiny_sweep(tmp_path: Path, data: Path, layers: str) -> tuple[Path, list[str]]:
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir(exist_ok=True)
+    (sweeps / "_base.yaml").write_text((REPO / "sweeps" / "_base.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (sweeps / "tiny.yaml").write_text(TINY_SWEEP.format(layers=layers), encoding="utf-8")
+    command = [
+        sys.executable,
+        "-m",
+        "klue_tc",
+        "--multirun",
+        "--config-dir",
+        str(sweeps),
+        "--config-name",
+        "tiny",
+        f"data.path={data}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *TINY_MODEL,
+    ]
+    return sweeps, command
+
+
+@pytest.mark.integration
+def test_a_sweep_says_what_its_folders_hold_on_disk_as_it_starts_and_ends(tmp_path, headlines_tsv):
+    from test_sweeps import run_sweep
+
+    _, command = tiny_sweep(tmp_path, headlines_tsv, "1,2")
+    first = run_sweep(tmp_path, command, timeout=600).stdout
+    start = next(line for line in first.splitlines() if line.startswith("disk at the sweep's start"))
+    assert "records 0 bytes, checkpoints 0 bytes" in start and "it adds up to" in start
+    assert "2 folds x" in start and "the paper grid's size" in start  # an empty store: the stated figure
+    end = next(line for line in first.splitlines() if line.startswith("disk at the sweep's end"))
+    assert "checkpoints +" in end and "W&B runs +" in end and "records +0 bytes" not in end
+    store = tmp_path / "sweep" / "results"
+    assert len(fold_sizes(store)) == 2
+
+    rerun = run_sweep(tmp_path, command, timeout=600).stdout  # the store now measures its own folds
+    assert "2 folds x" in rerun and "the mean fold of the store's 2 records" in rerun
+    assert "disk at the sweep's end: it added" in rerun
