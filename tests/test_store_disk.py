@@ -1,16 +1,22 @@
-"""Stores that stay small: what a sweep's folders hold on disk, said as it starts and ends."""
+"""Stores that stay small and readers beside a writing sweep: what a sweep's folders hold on disk (said
+as it starts and ends), and a report run while folds are still being written.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import REPO, TINY_MODEL
 from klue_tc.jobs.sweeps import expand_grid, job_folds
 from klue_tc.store.disk import Places, fold_sizes, measure, typical_fold
+from klue_tc.store.in_progress import unfinished_folds
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -42,7 +48,18 @@ def hand_made_store(root: Path) -> tuple[Path, Path]:
     return sweep, store
 
 
-# --- unit: measuring, the grid's jobs ----------------------------------------------------------------
+def hold(lock: Path) -> subprocess.Popen:
+    """A process holding `lock` as a job holds its fold's (an flock), until it is ended."""
+    code = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+# --- unit: measuring, in-progress folds, the grid's jobs ------------------------------------------
 
 
 def test_a_store_is_measured_by_kind_each_linked_file_once(tmp_path):
@@ -59,6 +76,26 @@ def test_a_store_is_measured_by_kind_each_linked_file_once(tmp_path):
     assert (fold.record, fold.predictions, fold.checkpoint, fold.tokenizer) == (100, 50, 4000, 1000)
 
 
+def test_folds_still_running_are_told_from_interrupted_and_finished_ones(tmp_path):
+    store = tmp_path / "results"
+    write(store / "a" / "fold0.json", 10)
+    (store / "a" / "fold0.lock").touch()  # finished: its lock file stays, no one holds it
+    (store / "a" / "fold1.lock").touch()  # a killed job's: no record, no holder
+    (store / "a" / "fold2.training").mkdir()  # a killed job's resumable state
+    (store / "b").mkdir()
+    fd = os.open(store / "b" / "fold0.lock", os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a job training it now
+    try:
+        unfinished = unfinished_folds(store)
+    finally:
+        os.close(fd)
+
+    assert unfinished.running == ("b/fold0",)
+    assert unfinished.interrupted == ("a/fold1", "a/fold2")
+    assert unfinished.line().startswith("1 fold still running") and "2 folds interrupted" in unfinished.line()
+    assert unfinished_folds(store).running == ()  # its job gone, the lock goes with it
+
+
 def test_a_sweeps_folds_are_its_jobs_with_the_command_lines_values_replacing_its_axes():
     params = {"+experiment": "transformer,cnn", "encoder.layers": "2,3", "cv.fold": "range(0,2)"}
     assert len(expand_grid(params)) == 8
@@ -68,7 +105,7 @@ def test_a_sweeps_folds_are_its_jobs_with_the_command_lines_values_replacing_its
     assert job_folds(["+experiment=cnn"], None, 5) == 5 and job_folds(["+experiment=cnn"], 0, 5) == 1
 
 
-# --- integration: a tiny sweep --------------------------------------------------------------------
+# --- integration: a tiny sweep; a report beside one ---------------------------------------------
 
 TINY_SWEEP = """\
 defaults:
@@ -128,3 +165,32 @@ def test_a_sweep_says_what_its_folders_hold_on_disk_as_it_starts_and_ends(tmp_pa
     rerun = run_sweep(tmp_path, command, timeout=600).stdout  # the store now measures its own folds
     assert "2 folds x" in rerun and "the mean fold of the store's 2 records" in rerun
     assert "disk at the sweep's end: it added" in rerun
+
+
+@pytest.mark.integration
+def test_a_report_beside_a_writing_sweep_reads_whole_records_and_says_what_is_still_running(tmp_path, capsys):
+    from jobs import tiny_trained_sweep
+    from klue_tc.report.cli import main as report
+
+    sweep, _, _ = tiny_trained_sweep(tmp_path, epochs=1)
+    store = sweep / "results"
+    (key,) = [p.name for p in store.iterdir() if (p / "config.yaml").is_file()]
+    whole = (store / key / "fold0.json").read_bytes()
+    # Another configuration's fold being written: its record half there, under the name it is written
+    # under before its rename (klue_tc/core/files.py), and its lock held by the job writing it.
+    writing = store / "0123456789ab"
+    writing.mkdir()
+    (writing / ".fold0.json.k2j4x.tmp").write_bytes(whole[: len(whole) // 2])
+    (writing / "config.yaml").write_text((store / key / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    holder = hold(writing / "fold0.lock")
+    (writing / "fold1.lock").touch()  # a killed job's fold: no record, no holder
+    try:
+        assert report([str(sweep), "--no-baseline"]) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "still running" in line)
+    assert "1 fold still running" in line and "1 fold interrupted" in line
+    table = pd.read_csv(sweep / "report.csv")
+    assert len(table) == 1 and table["folds"].tolist() == [2]  # the whole records, and only those
