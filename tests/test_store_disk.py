@@ -1,5 +1,6 @@
 """Stores that stay small and readers beside a writing sweep: what a sweep's folders hold on disk (said
-as it starts and ends), and a report run while folds are still being written.
+as it starts and ends), `python -m klue_tc.prune` (checkpoints of configurations no sweep file's grid
+holds, old W&B runs; records never), and a report run while folds are still being written.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +17,7 @@ import pytest
 
 from conftest import REPO, TINY_MODEL
 from klue_tc.jobs.sweeps import expand_grid, job_folds
+from klue_tc.prune import main as prune
 from klue_tc.store.disk import Places, fold_sizes, measure, typical_fold
 from klue_tc.store.in_progress import unfinished_folds
 
@@ -25,6 +28,13 @@ def write(path: Path, size: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * size)
     return path
+
+
+def age(folder: Path, days: float) -> None:
+    """Every file and folder below `folder` last written `days` days ago."""
+    then = time.time() - days * 86_400
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (then, then))
 
 
 def hand_made_store(root: Path) -> tuple[Path, Path]:
@@ -105,7 +115,67 @@ def test_a_sweeps_folds_are_its_jobs_with_the_command_lines_values_replacing_its
     assert job_folds(["+experiment=cnn"], None, 5) == 5 and job_folds(["+experiment=cnn"], 0, 5) == 1
 
 
-# --- integration: a tiny sweep; a report beside one ---------------------------------------------
+def test_prune_removes_w_and_b_runs_by_age_and_never_a_record(tmp_path, capsys):
+    sweep, store = hand_made_store(tmp_path)
+    wandb = sweep / "sentencepiece" / "transformer-post-L1" / "fold0" / "wandb"
+    age(wandb / "offline-run-20200101_000000-old", days=40)
+    age(wandb / "offline-run-20990101_000000-new", days=2)
+    empty_sweeps = tmp_path / "sweeps"
+    empty_sweeps.mkdir()
+
+    assert prune([str(store), "--sweeps", str(empty_sweeps), "--wandb-older-than", "30", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "W&B offline runs older than 30 days: 1" in dry and "would free 300 bytes" in dry
+    assert "W&B runs 300 bytes" in dry
+    assert (wandb / "offline-run-20200101_000000-old").is_dir()
+
+    assert prune([str(store), "--sweeps", str(empty_sweeps), "--wandb-older-than", "30"]) == 0
+    assert "freed 300 bytes" in capsys.readouterr().out
+    assert not (wandb / "offline-run-20200101_000000-old").exists()
+    assert (wandb / "offline-run-20990101_000000-new").is_dir()
+    assert (store / "abc" / "fold0.json").is_file() and (store / "abc" / "fold0" / "best.ckpt").is_file()
+
+
+def test_prune_keeps_the_configurations_a_grid_holds_and_the_encoders_they_started_from(tmp_path, capsys):
+    """No training: two configurations' folders as a sweep leaves them, the sweep file then holding one."""
+    import json
+
+    import yaml
+
+    from klue_tc.core.config import job_config
+    from klue_tc.jobs.sweeps import compose_sweep
+
+    sweeps, _ = tiny_sweep(tmp_path, tmp_path / "train.tsv", "1")
+    store = tmp_path / "sweep" / "results"
+    for layers, encoders in ((1, ["one", "both"]), (2, ["two", "both"])):
+        job = ["+experiment=transformer", f"encoder.layers={layers}"]
+        config = job_config(compose_sweep("tiny", job, sweeps_dir=sweeps))
+        folder = store / f"key{layers}"
+        write(folder / "config.yaml", 0).write_text(yaml.safe_dump(config), encoding="utf-8")
+        for k, encoder in enumerate(encoders):
+            write(folder / f"fold{k}.json", 0).write_text(
+                json.dumps({"pretrained": {"key": encoder}}), encoding="utf-8"
+            )
+            write(folder / f"fold{k}" / "best.ckpt", 1000)
+            write(folder / f"fold{k}" / "tokenizer" / "spiece.model", 100)
+            write(store / "pretrained" / encoder / "encoder.pt", 10_000)
+    write(store / "pretrained" / "unnamed" / "encoder.pt", 10_000)  # no record names it yet: kept
+
+    assert prune([str(store), "--sweeps", str(sweeps)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of the store's 2 configurations in none" in out and "key2: transformer, post-LN, 2 layers" in out
+    assert "freed 11.9 KB: checkpoints 2.0 KB, tokenizers 200 bytes, pretrained encoders 9.8 KB" in out
+    assert not (store / "key2" / "fold0").exists() and not (store / "pretrained" / "two").exists()
+    assert (store / "key2" / "fold0.json").is_file() and (store / "key1" / "fold0" / "best.ckpt").is_file()
+    assert {p.name for p in (store / "pretrained").iterdir()} == {"one", "both", "unnamed"}
+
+
+def test_a_committed_store_is_pruned_only_when_asked(capsys):
+    assert prune([str(REPO / "docs" / "study" / "results")]) == 2
+    assert "committed" in capsys.readouterr().err
+
+
+# --- integration: a tiny sweep, pruned after its file drops a configuration; a report beside it -----
 
 TINY_SWEEP = """\
 defaults:
@@ -149,10 +219,10 @@ def tiny_sweep(tmp_path: Path, data: Path, layers: str) -> tuple[Path, list[str]
 
 
 @pytest.mark.integration
-def test_a_sweep_says_what_its_folders_hold_on_disk_as_it_starts_and_ends(tmp_path, headlines_tsv):
+def test_a_sweep_says_its_disk_and_prune_frees_a_dropped_configurations_checkpoint(tmp_path, headlines_tsv, capsys):
     from test_sweeps import run_sweep
 
-    _, command = tiny_sweep(tmp_path, headlines_tsv, "1,2")
+    sweeps, command = tiny_sweep(tmp_path, headlines_tsv, "1,2")
     first = run_sweep(tmp_path, command, timeout=600).stdout
     start = next(line for line in first.splitlines() if line.startswith("disk at the sweep's start"))
     assert "records 0 bytes, checkpoints 0 bytes" in start and "it adds up to" in start
@@ -165,6 +235,32 @@ def test_a_sweep_says_what_its_folders_hold_on_disk_as_it_starts_and_ends(tmp_pa
     rerun = run_sweep(tmp_path, command, timeout=600).stdout  # the store now measures its own folds
     assert "2 folds x" in rerun and "the mean fold of the store's 2 records" in rerun
     assert "disk at the sweep's end: it added" in rerun
+
+    (sweeps / "tiny.yaml").write_text(TINY_SWEEP.format(layers="1"), encoding="utf-8")  # the 2-layer cell dropped
+    records = sorted(store.glob("*/fold0.json"))
+    checkpoints = {p.parent.name: next(p.with_suffix("").glob("*.ckpt")) for p in records}
+    every = list((tmp_path / "sweep").rglob("*.ckpt"))
+    names = {key: [p for p in every if os.path.samefile(p, ckpt)] for key, ckpt in checkpoints.items()}
+    assert all(len(found) == 2 for found in names.values())  # the store's and the job's run folder's
+
+    assert prune([str(store), "--sweeps", str(sweeps), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "1 of the store's 2 configurations in none" in dry and "2 layers" in dry and "would free" in dry
+    assert all(ckpt.is_file() for ckpt in checkpoints.values())
+
+    assert prune([str(store), "--sweeps", str(sweeps)]) == 0
+    out = capsys.readouterr().out
+    assert "freed " in out and "freed 0 bytes" not in out and "records kept: 2 folds" in out
+    dropped = [key for key, ckpt in checkpoints.items() if not ckpt.exists()]
+    assert len(dropped) == 1 and all(p.is_file() for p in records)  # every record kept
+    assert not any(p.exists() for p in names[dropped[0]])  # the run folder's name too: its bytes are freed
+    kept = next(key for key in checkpoints if key not in dropped)
+    assert checkpoints[kept].is_file()
+
+    from klue_tc.report.cli import main as report
+
+    assert report([str(tmp_path / "sweep"), "--no-baseline"]) == 0
+    assert len(pd.read_csv(tmp_path / "sweep" / "report.csv")) == 2  # the pruned cell's scores stay
 
 
 @pytest.mark.integration
