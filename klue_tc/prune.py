@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)  # the settings before or after the flags, as ARGS gives them
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return prune(args)

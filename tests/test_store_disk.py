@@ -161,8 +161,10 @@ def test_prune_keeps_the_configurations_a_grid_holds_and_the_encoders_they_start
             write(store / "pretrained" / encoder / "encoder.pt", 10_000)
     write(store / "pretrained" / "unnamed" / "encoder.pt", 10_000)  # no record names it yet: kept
 
-    assert prune([str(store), "--sweeps", str(sweeps)]) == 0
+    # the settings the sweep ran with (ARGS), here those of its file, after the flags as `make prune` puts them
+    assert prune([str(store), "--sweeps", str(sweeps), "trainer.max_epochs=1"]) == 0
     out = capsys.readouterr().out
+    assert "settings beside the axes: trainer.max_epochs=1, given" in out
     assert "1 of the store's 2 configurations in none" in out and "key2: transformer, post-LN, 2 layers" in out
     assert "freed 11.9 KB: checkpoints 2.0 KB, tokenizers 200 bytes, pretrained encoders 9.8 KB" in out
     assert not (store / "key2" / "fold0").exists() and not (store / "pretrained" / "two").exists()
