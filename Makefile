@@ -12,14 +12,15 @@ SWEEPS := $(sort $(basename $(notdir $(filter-out sweeps/_%,$(wildcard sweeps/*.
 SWEEP  ?=
 ARGS   ?=
 DIR    ?=
+STORE  ?=
 # tokenizers and encoded titles (data.cache_dir's default): make clean removes it
 CACHE  := $(or $(KLUE_TC_CACHE),$(HOME)/.cache/klue_tc)
 
-.PHONY: help install lint test test-unit test-all test-slurm sweep sweep-named report ensemble bench bench-gpu clean
+.PHONY: help install lint test test-unit test-all test-slurm sweep sweep-named report ensemble prune bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: SWEEP=$(subst $(eval) ,|,$(SWEEPS))  ARGS=\"hydra overrides\"  DIR=run or sweep dir  TORCH=torch==2.13.0  TORCH_INDEX=wheel index URL"
+	@echo "  variables: SWEEP=$(subst $(eval) ,|,$(SWEEPS))  ARGS=\"hydra overrides\"  DIR=run or sweep dir  STORE=results store  TORCH=torch==2.13.0  TORCH_INDEX=wheel index URL"
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,11 +64,18 @@ ensemble: install  ## the ensemble of DIR's records with the linear baselines: e
 	@test -n "$(DIR)" || { echo "usage: make ensemble DIR=docs/ensemble (after make sweep SWEEP=ensemble)"; exit 2; }
 	$(PY) -m klue_tc.ensemble $(DIR) $(ARGS)
 
+prune: install  ## remove STORE's checkpoints of configurations in no sweep's grid (records stay); ARGS="--dry-run --wandb-older-than 30"
+	@test -n "$(STORE)" || { echo "usage: make prune STORE=outputs/sweeps/paper/results [ARGS=\"--dry-run --wandb-older-than 30\"]"; exit 2; }
+	$(PY) -m klue_tc.prune $(STORE) $(ARGS)
+
 bench: install  ## training throughput and F1 against the notebook's design, pretraining beside fine-tuning, GFLOP/s, an ensemble served against one model (CPU; ARGS="--runs ensemble": that alone)
 	$(PY) -m benchmarks $(ARGS)
 
 bench-gpu: install  ## on a GPU, three phases of <= 4 min: titles/s per encoder, 2/4/8 jobs at once, the paper sweep's wall time
 	$(PY) -m benchmarks --gpu $(ARGS)
 
+CLEANED := outputs multirun wandb .pytest_cache .import_linter_cache "$(CACHE)"
+
 clean:  ## remove outputs, W&B offline runs, .pytest_cache and the cache ~/.cache/klue_tc ($KLUE_TC_CACHE), not the venv
-	rm -rf outputs multirun wandb .pytest_cache .import_linter_cache "$(CACHE)"
+	@du -skc $(CLEANED) 2>/dev/null | tail -n 1 | awk '{printf "make clean: frees %.1f MB (outputs, W&B runs, caches)\n", $$1 / 1024}'
+	rm -rf $(CLEANED)

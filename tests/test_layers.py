@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-ENTRY_POINTS = {"__init__.py", "__main__.py", "predict.py", "diagnose.py"}
+ENTRY_POINTS = {"__init__.py", "__main__.py", "predict.py", "diagnose.py", "prune.py"}
 
 
 def lint_imports(repo: Path) -> subprocess.CompletedProcess:

@@ -87,6 +87,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     from klue_tc.ensemble.stage import build_ensemble
 
     command = shlex.join(["python", "-m", "klue_tc.ensemble", *(sys.argv[1:] if argv is None else argv)])
+    from klue_tc.ensemble.sources import named_stores
+    from klue_tc.report.loading import unfinished_line
+
+    if unfinished := unfinished_line(args.directory, *named_stores(args.directory)):  # a sweep writing there
+        print(unfinished, flush=True)
     try:
         if args.validation is not None and not args.validation.is_file():
             raise KlueTcError(f"{args.validation}: file not found")

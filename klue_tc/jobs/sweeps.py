@@ -4,7 +4,7 @@ that the benchmark's projection and the tests read the grid from the file instea
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -55,6 +55,25 @@ def sweep_jobs(
     register_schemas()
     with initialize_config_dir(str(sweeps_dir), version_base="1.3"):
         cfg = compose(name, overrides=[_search_path(conf_dir), *overrides], return_hydra_config=True)
-        params = [f"{key}={value}" for key, value in cfg.hydra.sweeper.params.items()]
-        parser = OverridesParser.create(config_loader=_GroupOptions(conf_dir))
-        return BasicSweeper.split_arguments(parser.parse_overrides(params), max_batch_size=None)[0]
+        return expand_grid(cfg.hydra.sweeper.params, (), _GroupOptions(conf_dir))
+
+
+def expand_grid(
+    params: Mapping[str, Any], task_overrides: Sequence[str] = (), group_options: Any = None
+) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper makes of a sweep file's axes (`hydra.sweeper.params`) and the
+    command line's overrides, as it makes them: a value given on the command line replaces the axis
+    of that name. `group_options` lists a config group's options for `glob(...)` axes (Hydra's
+    config loader while a sweep runs)."""
+    lines = [f"{key}={value}" for key, value in params.items()] + list(task_overrides)
+    parser = OverridesParser.create(config_loader=group_options)
+    return BasicSweeper.split_arguments(parser.parse_overrides(lines), max_batch_size=None)[0]
+
+
+def job_folds(job: Sequence[str], cv_fold: Optional[int], cv_folds: int) -> int:
+    """The folds one job of a sweep trains: one where it names its fold (an axis `cv.fold`, or
+    `cv.fold=` set for every job), else every fold of `cv.folds`."""
+    named = {line.split("=", 1)[0].lstrip("+~"): line.split("=", 1)[1] for line in job if "=" in line}
+    if named.get("cv.fold", "null" if cv_fold is None else str(cv_fold)) != "null":
+        return 1
+    return int(named["cv.folds"]) if named.get("cv.folds", "").isdigit() else cv_folds

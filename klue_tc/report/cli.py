@@ -57,8 +57,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return migrate_sizes(args.directory)
     if args.against is not None:
         return recheck_against(args.directory, args.against)
+    from klue_tc.report.loading import unfinished_line
     from klue_tc.report.write import write_report
 
+    if unfinished := unfinished_line(args.directory):  # a sweep writing there meanwhile
+        print(unfinished, flush=True)
     try:
         write_report(
             args.directory,

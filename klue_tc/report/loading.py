@@ -103,6 +103,27 @@ def store_roots(directory: Path) -> list[Path]:
     return sorted({path.parent.parent for path in directory.rglob("fold*.json")})
 
 
+def unfinished_line(*directories: Path) -> str:
+    """One line for the folds of the results stores below `directories` that are not finished (a
+    sweep writing the store meanwhile): those still running and those interrupted, whose records the
+    report cannot hold; '' where there are none. Their records appear whole or not at all, so what
+    is read meanwhile is the finished folds only."""
+    from klue_tc.store.in_progress import Unfinished, unfinished_folds
+
+    roots = {
+        path.parent.parent
+        for directory in directories
+        for pattern in ("fold*.lock", "fold*.training")
+        for path in Path(directory).rglob(pattern)
+    }
+    unfinished = sum((unfinished_folds(root) for root in sorted(roots)), Unfinished())
+    line = unfinished.line()
+    if not line:
+        return ""
+    where = ", ".join(map(str, sorted(roots))) if len(roots) <= 2 else f"{len(roots)} results stores"
+    return f"{where}: {line}; read: the finished folds only"
+
+
 def stored_rows(directory: Path) -> list[dict]:
     """Rows from the results-store records below `directory` (those that name their configuration)."""
     from klue_tc.store.results import CONFIG_FILE, ResultsStore

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 class SweepReportCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from klue_tc.report.loading import FinalModelsOnlyError
+        from klue_tc.report.loading import FinalModelsOnlyError, unfinished_line
         from klue_tc.report.wandb_run import wandb_settings
         from klue_tc.report.write import write_report
 
@@ -25,6 +25,8 @@ class SweepReportCallback(Callback):
 
             settings = wandb_settings(config.logger.wandb)  # the sweep's logger.wandb node, typed by its schema
             log_sweep_aggregates(sweep_dir, settings)
+        if unfinished := unfinished_line(sweep_dir):  # another sweep's jobs in the same store, or failed ones
+            print(unfinished, flush=True)
         try:
             write_report(sweep_dir, log_to_wandb=to_wandb, wandb_cfg=settings, group=config.sweep or config.experiment)
         except FinalModelsOnlyError as err:  # a sweep of final models (sweeps/distill.yaml) has no table to write
