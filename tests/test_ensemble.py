@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from klue_tc.data.titles import NUM_CLASSES, stratified_folds, title_folds
-from klue_tc.ensemble.calibration import fit_class_offsets, fit_temperature, logits_of, offset, tempered
 from klue_tc.ensemble.selection import greedy_selection, macro_f1_of
 from klue_tc.store.records import Describe, FoldPredictions, FoldResult, TitlePredictions, ValidationScore
 from klue_tc.store.results import ResultsStore
+from klue_tc.training.calibration import fit_class_offsets, fit_temperature, logits_of, offset, tempered
 
 FOLDS = 3
 

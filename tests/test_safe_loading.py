@@ -162,8 +162,8 @@ def test_an_array_file_holding_objects_is_refused_and_never_loaded(tmp_path):
     ids=["tfidf-svm", "nb-svm", "tfidf-svm-two-classes", "tfidf-svm-untuned"],
 )
 def test_the_linear_baselines_round_trip_with_equal_scores_and_probabilities(tmp_path, pipeline, classes):
-    from klue_tc.ensemble.calibration import tempered
     from klue_tc.ensemble.serving import decision_scores, linear_fold_probs
+    from klue_tc.training.calibration import tempered
 
     rows = make_headlines(per_class=10, seed=0)
     labels = np.array([LABEL_NAMES.index(c) for c, _ in rows]) % classes
@@ -227,7 +227,7 @@ def served_as_older_versions_did(model: Path, texts: list[str], monkeypatch) -> 
 
     from klue_tc.ensemble import serving
     from klue_tc.ensemble.artefact import artefact_probs
-    from klue_tc.ensemble.calibration import tempered
+    from klue_tc.training.calibration import tempered
 
     with monkeypatch.context() as patch:
         patch.setattr("klue_tc.core.pickles.refuse_pickles", lambda *_: None)

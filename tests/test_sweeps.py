@@ -506,3 +506,41 @@ def test_ensemble_sweep_trains_four_pretrained_members_on_5_folds_and_never_pret
     corpus = {normalised(t) for t in corpora[0].texts}
     assert corpus and not corpus & {normalised(t) for t in scored.texts}
     assert corpus <= {normalised(t) for t in labelled.texts}
+
+
+def test_one_model_sweep_is_the_first_ensemble_members_folds_with_the_wide_path_in_a_store_of_its_own():
+    """sweeps/one-model.yaml: 5 jobs, each the ensemble's first member's fold (sweeps/ensemble.yaml)
+    with wide=nbsvm and nothing else in its results key changed, so its records compare fold by
+    fold with the member's; its encoder is pretrained under the member's key, in a store of its own."""
+    from test_pretraining import CPU, fold_corpus_from
+
+    from conftest import make_headlines
+    from klue_tc.core.config import keyed_settings
+    from klue_tc.pretraining.encoder_keys import pretrained_key
+
+    jobs = sweep_jobs("one-model")
+    assert len(jobs) == 5 and len({tuple(job) for job in jobs}) == len(jobs)
+    runs = sorted((validate(compose_sweep("one-model", job)) for job in jobs), key=lambda r: r.cv.fold)
+    member = sorted(
+        (
+            validate(compose_sweep("ensemble", job))
+            for job in sweep_jobs("ensemble")
+            if "+ensemble_member=transformer_sentencepiece" in job
+        ),
+        key=lambda r: r.cv.fold,
+    )
+    assert [r.cv.fold for r in runs] == [r.cv.fold for r in member] == [0, 1, 2, 3, 4]
+    corpus = fold_corpus_from([t for _, t in make_headlines(per_class=3)])
+    for ours, theirs in zip(runs, member):
+        keyed = keyed_settings(ours)
+        assert keyed.pop("wide")["name"] == "nbsvm" and "wide" not in keyed_settings(theirs)
+        assert keyed == keyed_settings(theirs)  # the member's settings, the wide path aside
+        assert ours.wide.on and (ours.wide.freeze_epochs, ours.wide.temperature) == (0, 1.0)
+        assert pretrained_key(ours, CPU, corpus, None) == pretrained_key(theirs, CPU, corpus, None)
+        assert (ours.data.limit, ours.data.validation_path) == (theirs.data.limit, theirs.data.validation_path)
+    assert {(r.results.dir, r.pretrain.dir) for r in runs} == {
+        ("docs/one-model-full/results", "outputs/sweeps/one-model/pretrained")
+    }
+    assert {(r.results.dir, r.pretrain.dir) for r in member} != {(runs[0].results.dir, runs[0].pretrain.dir)}
+    hydra = compose_sweep("one-model", jobs[0], hydra_config=True).hydra
+    assert hydra.sweep.dir == "outputs/sweeps/one-model" and hydra.runtime.choices.ensemble_member

@@ -530,7 +530,9 @@ class WideConfig:
     each class's naive-Bayes log-count ratio, its logits added to the head's (klue_tc/models/wide.py).
     The map starts as an NB-SVM fitted on the fold's training titles less its inner split, whose
     vocabulary and ratios it keeps (never a held-out or validation title's), and trains with the
-    encoder. In the results key only while on, so no key made before it moved."""
+    encoder. The model before its first step is a candidate of the epoch choice (epoch 0): where no
+    trained epoch beats it on the inner split, the fold keeps it. In the results key only while on,
+    so no key made before it moved."""
 
     name: str = NO_WIDE_PATH  # none | nbsvm
     dropout: float = 0.1  # share of a title's n-grams left out at each training step
@@ -540,6 +542,14 @@ class WideConfig:
     # baseline's grid, as the baseline chooses them.
     svm_c: Optional[float] = None
     svm_beta: Optional[float] = None
+    # The first epochs in which the wide path's weights and bias stay as they start, so that the
+    # encoder and head learn around a fixed NB-SVM before both train together. 0: none.
+    freeze_epochs: int = 0
+    # The starting NB-SVM's scores are divided by it (its predicted classes stay the same), so that
+    # they start on the scale of the network's logits. 1: NB-SVM's scores as they are; null: the
+    # temperature of least log-loss on the inner split (klue_tc/training/calibration.py, as the
+    # ensemble calibrates its members).
+    temperature: Optional[float] = 1.0
 
     @property
     def on(self) -> bool:
@@ -559,6 +569,11 @@ class WideConfig:
             (
                 self.svm_beta is None or 0.0 <= self.svm_beta <= 1.0,
                 f"wide.svm_beta must be in [0, 1], got {self.svm_beta}",
+            ),
+            at_least("wide.freeze_epochs", self.freeze_epochs, 0),
+            (
+                self.temperature is None or self.temperature > 0,
+                f"wide.temperature must be > 0 (or null: chosen on the inner split), got {self.temperature}",
             ),
         ]
 

@@ -51,7 +51,8 @@ class NgramRows:
 class NgramFeatures:
     """A fold's n-grams: NB-SVM's vectorizer with the vocabulary of the titles it trains on, each
     class's naive-Bayes log-count ratio r over that vocabulary, and the fitted NB-SVM that starts the
-    wide path (its interpolated SVM weights w' and intercepts: scores x . (w' * r) + b)."""
+    wide path (its interpolated SVM weights w' and intercepts: scores x . (w' * r) + b), and the
+    temperature its scores start divided by in the path."""
 
     vectorizer: Any  # a CountVectorizer with its vocabulary fixed
     ratios: np.ndarray  # (classes, features)
@@ -59,6 +60,7 @@ class NgramFeatures:
     intercept: np.ndarray  # (classes,)
     setting: list  # NB-SVM's (C, beta)
     inner_f1: Optional[float] = None  # the NB-SVM's macro-F1 on the inner split that chose the setting
+    temperature: float = 1.0  # the wide path starts with the scores x . (w' * r) + b divided by it
 
     @property
     def size(self) -> int:

@@ -156,7 +156,7 @@ def artefact_probs(
     models averaged (calibrated, or as votes), the members weighted and the mean offset by class, as
     the ensemble stage scored them."""
     from klue_tc.core.pickles import refuse_pickles
-    from klue_tc.ensemble.calibration import offset
+    from klue_tc.training.calibration import offset
 
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -175,8 +175,8 @@ def member_probs(
     directory: Path, member: dict, titles: Sequence[str], classes: int, batch_size: int = EVAL_BATCH_SIZE
 ) -> np.ndarray:
     """One member of the manifest on `titles`: its fold models' mean (calibrated, or as votes), unweighted."""
-    from klue_tc.ensemble.calibration import logits_of, tempered
     from klue_tc.ensemble.serving import as_votes, linear_fold_probs, neural_fold_probs
+    from klue_tc.training.calibration import logits_of, tempered
 
     parts = []
     for fold in member["folds"]:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from klue_tc.data.identified import IdentifiedTitles
-from klue_tc.ensemble.calibration import offset
 from klue_tc.ensemble.members import LINEAR, Member
+from klue_tc.training.calibration import offset
 
 if TYPE_CHECKING:
     from klue_tc.ensemble.stage import Ensemble

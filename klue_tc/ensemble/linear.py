@@ -23,11 +23,11 @@ import numpy as np
 
 from klue_tc.core.files import atomic_write_json
 from klue_tc.core.pickles import refuse_pickles
-from klue_tc.ensemble.calibration import fit_temperature, tempered
 from klue_tc.ensemble.members import LINEAR, Member, Titles
 from klue_tc.ensemble.serving import decision_scores, linear_fold_probs
 from klue_tc.store.records import FoldPredictions, TitlePredictions
 from klue_tc.training.baseline import BASELINES, LinearBaseline, fit_choosing_c, runs_titles
+from klue_tc.training.calibration import fit_temperature, tempered
 from klue_tc.training.linear_files import model_files, model_path, save_linear_model
 
 log = logging.getLogger(__name__)

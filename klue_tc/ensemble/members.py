@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from klue_tc.ensemble.calibration import logits_of, tempered
 from klue_tc.store.records import FoldResult, TitlePredictions
+from klue_tc.training.calibration import logits_of, tempered
 
 NEURAL, LINEAR = "neural", "linear"
 
@@ -25,7 +25,7 @@ class Member:
     oof: np.ndarray  # (training titles, classes), by the titles' rows
     validation: Optional[list[np.ndarray]]  # each fold model's (validation titles, classes); None: not scored
     votes: bool = False  # the records kept classes only: one-hot votes stand in for probabilities
-    temperature: float = 1.0  # chosen on `oof` (klue_tc/ensemble/calibration.py)
+    temperature: float = 1.0  # chosen on `oof` (klue_tc/training/calibration.py)
     # What serves it: the fold records (NEURAL) or the fitted fold models' files and settings (LINEAR)
     folds: list[Any] = field(default_factory=list)
     fold_validation_f1: Optional[float] = None  # the mean of its fold models' alone

@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from klue_tc.ensemble.calibration import SMALLEST
 from klue_tc.report.title_bootstrap import macro_f1
+from klue_tc.training.calibration import SMALLEST
 
 MAX_ROUNDS = 50
 PATIENCE = 10

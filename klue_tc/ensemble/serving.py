@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from klue_tc.core.config import EVAL_BATCH_SIZE
-from klue_tc.ensemble.calibration import tempered
+from klue_tc.training.calibration import tempered
 
 # The score of a class the model never saw in training: no probability left for it after the softmax.
 UNSEEN_CLASS_SCORE = -1e4

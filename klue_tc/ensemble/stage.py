@@ -15,11 +15,11 @@ import numpy as np
 from klue_tc.core.config import EVAL_BATCH_SIZE
 from klue_tc.core.errors import KlueTcError
 from klue_tc.data.titles import LABEL_NAMES
-from klue_tc.ensemble.calibration import fit_class_offsets, fit_temperature, logits_of, offset
 from klue_tc.ensemble.members import LINEAR, Member, Titles, neural_members
 from klue_tc.ensemble.scoring import Difference, PairedTitles, StudentScore
 from klue_tc.ensemble.selection import LOG_LOSS, MAX_ROUNDS, PATIENCE, Selection, greedy_selection, macro_f1_of
 from klue_tc.store.records import FoldResult
+from klue_tc.training.calibration import fit_class_offsets, fit_temperature, logits_of, offset
 
 if TYPE_CHECKING:
     from klue_tc.data.identified import IdentifiedTitles
@@ -74,7 +74,7 @@ class Ensemble:
     student: Optional[StudentScore] = None  # a student distilled from it, on the same validation titles
     # Titles without labels (blind.tsv) predicted once everything is chosen (klue_tc/ensemble/blind.py).
     blind: Optional[BlindPredictions] = None
-    # Added to the log of the weighted mean, one per class (klue_tc/ensemble/calibration.py); None: the mean alone.
+    # Added to the log of the weighted mean, one per class (klue_tc/training/calibration.py); None: the mean alone.
     class_offsets: Optional[np.ndarray] = None
 
     @property

@@ -71,6 +71,7 @@ def describe(run: RunConfig) -> Describe:
         run.head.name,
         run.tokenizer.name,
         run.pretrain.objective,
+        run.wide.name,
     )
 
 

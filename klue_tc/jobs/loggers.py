@@ -9,7 +9,6 @@ import logging
 import os
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -156,7 +155,7 @@ def log_aggregate(cfg: WandbConfig, result: RunResult, run_dir: Path, group: str
     """The configuration's CV aggregate once, in a run of its own beside the folds' runs, with the
     validation confusion matrix and per-class F1."""
     describe = result.describe
-    config = {**asdict(describe), "config_hash": result.config_hash}
+    config = {**describe.to_dict(), "config_hash": result.config_hash}
     config.pop("pretrain")  # the keys aggregate runs had before pretraining existed: dashboards' filters still match
     name = f"{describe.experiment}-{result.config_hash}-cv"
     wandb_run = open_wandb_run(cfg, run_dir, name, group, "aggregate", config, replaces_earlier=True)

@@ -32,11 +32,12 @@ class NBWeightedNgrams(nn.Module):
         self.dropout = dropout
 
     @torch.no_grad()
-    def start(self, ratios: np.ndarray, svm_coef: np.ndarray, intercept: np.ndarray) -> None:
-        """From a fitted NB-SVM: its ratios and interpolated SVM weights (classes, features) and intercepts."""
+    def start(self, ratios: np.ndarray, svm_coef: np.ndarray, intercept: np.ndarray, temperature: float = 1.0) -> None:
+        """From a fitted NB-SVM: its ratios and interpolated SVM weights (classes, features) and
+        intercepts; its scores divided by `temperature` (weights and intercepts alike: its classes stay)."""
         self.ratios.copy_(torch.as_tensor(ratios.T, dtype=self.ratios.dtype))
-        self.weights.weight.copy_(torch.as_tensor(svm_coef.T, dtype=self.weights.weight.dtype))
-        self.bias.copy_(torch.as_tensor(intercept, dtype=self.bias.dtype))
+        self.weights.weight.copy_(torch.as_tensor(svm_coef.T / temperature, dtype=self.weights.weight.dtype))
+        self.bias.copy_(torch.as_tensor(intercept / temperature, dtype=self.bias.dtype))
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         kept = None

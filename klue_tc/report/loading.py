@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from klue_tc.core.config import CVConfig, DataConfig, TrainerConfig
 from klue_tc.core.errors import KlueTcError
+from klue_tc.report.labels import shown_design
 from klue_tc.report.replicates import REPLICATE, grouped, pretraining_seed
 from klue_tc.store.records import FoldResult, RunResult
 
@@ -57,7 +58,7 @@ def fold_frame(directory: str | Path) -> pd.DataFrame:
         if run.cv_folds == 1:
             final_models.append(path.parent)
             continue
-        describe = {**asdict(run.describe), "config_hash": run.config_hash}
+        describe = {**shown_design(run.describe), "config_hash": run.config_hash}
         seed = config_seed(path.parent / "config.yaml")
         rows += [fold_row(describe, upgraded_record(record, seed)) for record in run.folds]
     rows += stored_rows(directory)
@@ -135,7 +136,7 @@ def stored_rows(directory: Path) -> list[dict]:
                 continue
             if record.config_hash not in seeds:  # one config.yaml per configuration, read once
                 seeds[record.config_hash] = config_seed(root / record.config_hash / CONFIG_FILE)
-            describe = {**asdict(record.describe), "config_hash": record.config_hash}
+            describe = {**shown_design(record.describe), "config_hash": record.config_hash}
             rows.append(fold_row(describe, upgraded_record(record, seeds[record.config_hash])))
     return rows
 

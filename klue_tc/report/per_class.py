@@ -136,11 +136,9 @@ def plot_learning_curves(records: Sequence[FoldResult], keys: Sequence[str], pat
                 lw=2.2,
                 label="inner split (chooses)" if series == "inner_f1" else "held-out fold (scored)",
             )
-        chosen = [
-            (r.best_epoch, r.learning_curve[r.best_epoch - 1].f1)
-            for r in folds
-            if 0 < r.best_epoch <= len(r.learning_curve)
-        ]
+        # By the epoch each point names: a wide-path fold's curve starts at its epoch 0, the model
+        # before its first step, which it may have kept.
+        chosen = [(p.epoch, p.f1) for r in folds for p in r.learning_curve if p.epoch == r.best_epoch]
         if chosen:
             ax.plot(*zip(*chosen), "o", color="C0", label="chosen epoch")
         ax.set(title=designs.at[key, "label"], xlabel="epoch")

@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from klue_tc.core.figures import save_figure
+from klue_tc.report.labels import has_wide_path
 
 EFFECT_TITLES = {"f1": "CV macro-F1", "validation_f1": "validation macro-F1"}
 # What a heatmap's colour bar says its colours are, by the summary column drawn.
@@ -127,10 +128,11 @@ def design_legend(
 
 
 def row_parts(summary: pd.DataFrame) -> list[str]:
-    """encoder and ln, plus head when the report holds more than one head per encoder, and
-    pretrain when it holds more than one starting point."""
+    """encoder and ln, plus head when the report holds more than one head per encoder or a head
+    with the wide path beside it, and pretrain when it holds more than one starting point."""
     several_heads = summary.groupby("encoder")["head"].nunique().max() > 1
-    parts = ["encoder", "ln", "head"] if several_heads else ["encoder", "ln"]
+    shown_head = several_heads or summary["head"].map(has_wide_path).any()
+    parts = ["encoder", "ln", "head"] if shown_head else ["encoder", "ln"]
     return parts + (["pretrain"] if summary["pretrain"].nunique() > 1 else [])
 
 

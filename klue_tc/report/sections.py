@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
+from klue_tc.report.labels import has_wide_path, shown_design
 from klue_tc.report.markdown import markdown_table
 from klue_tc.store.records import FoldResult
 
@@ -35,7 +36,7 @@ class Findings:
 def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
     """One row per configuration (indexed by config_hash): its design and a label naming it, with
     the head where the records hold several and the pretraining where they hold several."""
-    rows = {r.config_hash: {name: getattr(r.describe, name) for name in DESIGN} for r in records}
+    rows = {r.config_hash: {name: shown_design(r.describe)[name] for name in DESIGN} for r in records}
     from klue_tc.report.summary import study_order
 
     order = study_order()
@@ -52,7 +53,8 @@ def configurations(records: Sequence[FoldResult]) -> pd.DataFrame:
     )
     frame.index.name = "config_hash"
     shown = ["tokenizer", "encoder", "ln"]
-    if frame.groupby("encoder")["head"].nunique().max() > 1:  # as the F1 tables' rows (plots.row_labels)
+    # as the F1 tables' rows (plots.row_labels): the head where it tells configurations apart or has the wide path
+    if frame.groupby("encoder")["head"].nunique().max() > 1 or frame["head"].map(has_wide_path).any():
         shown.append("head")
     label = frame[shown].astype(str).agg(" / ".join, axis=1) + " / L" + frame["layers"].astype(str)
     if frame["pretrain"].nunique() > 1:

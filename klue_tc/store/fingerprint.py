@@ -78,6 +78,7 @@ WIDE_MODULES = (
     "klue_tc.training.wide",  # the fold's n-grams, the module, the fold, its scores
     "klue_tc.training.baseline",  # the NB-SVM that starts the path, its (C, beta) chosen on the inner split
     "klue_tc.training.nbsvm",
+    "klue_tc.training.calibration",  # the starting NB-SVM's temperature, where it is chosen on the inner split
 )
 # Imported by the code above, but making no number: their edits keep every record.
 OUTSIDE_NUMBERS = (

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SELECTED_ON_INNER_SPLIT = "inner_split"
 SELECTED_ON_SCORED_FOLD = "scored_fold"
 FROM_SCRATCH = "none"  # Describe.pretrain of an encoder that was not pretrained (config: pretrain=none)
+NO_WIDE_PATH = "none"  # Describe.wide of a model without the wide path beside its head (config: wide=none)
 # The fold record's schema, saved in it. Records without one are of older code (schema 0):
 # `upgraded` reads any record as this schema, the one place that knows what older ones left out.
 RECORD_SCHEMA = 1
@@ -58,6 +59,16 @@ class Describe:
     head: str
     tokenizer: str
     pretrain: str = FROM_SCRATCH  # the self-pretraining objective the encoder started from
+    # The wide path beside the head (wide=nbsvm). Written only where it is on: a record or
+    # metrics.json without it reads as "none", so those of every other job are as they were.
+    wide: str = NO_WIDE_PATH
+
+    def to_dict(self) -> dict:
+        """Its fields as plain values, `wide` where the path is on."""
+        values = asdict(self)
+        if values["wide"] == NO_WIDE_PATH:
+            del values["wide"]
+        return values
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ class EpochScores:
     """One point of a fold's learning curve: the inner split (which chooses the epoch) and the
     held-out fold (scored every epoch for the curve only; nothing reads it to choose)."""
 
-    epoch: int  # 1-based
+    epoch: int  # 1-based; 0: the model before its first step (the wide path scores it: klue_tc/training/wide.py)
     inner_f1: float
     inner_accuracy: float
     inner_loss: float
@@ -199,7 +210,7 @@ class FoldResult:
     fold: int
     f1: float
     accuracy: float
-    best_epoch: int  # 1-based, as the progress lines count
+    best_epoch: int  # 1-based, as the progress lines count; 0: the model before its first step was kept (wide path)
     epochs_run: int
     train_samples_per_s: Optional[float]
     time_to_first_step_s: Optional[float]
@@ -239,6 +250,8 @@ class FoldResult:
     def to_dict(self) -> dict:
         payload = asdict(replace(self, predictions=None))
         del payload["predictions"]
+        if self.describe is not None:
+            payload["describe"] = self.describe.to_dict()
         if payload["code"] is not None and (shared := payload["code"].pop("shared")):
             # beside `code`, not in it: code older than the shared part reads `code` as it always was
             payload["shared_code"] = shared
@@ -387,7 +400,7 @@ class RunResult:
         f1, accuracy = self.f1, self.accuracy
         speed = CVSummary.of([r.train_samples_per_s for r in self.folds if r.train_samples_per_s is not None])
         return {
-            **asdict(self.describe),
+            **self.describe.to_dict(),
             "config_hash": self.config_hash,
             "sweep": self.sweep,
             "folds": [r.to_dict() for r in self.folds],

@@ -1,6 +1,8 @@
 """One fold with the wide path on (`wide=nbsvm`, klue_tc/core/config.py's WideConfig): NB-SVM's
 n-grams fitted on the fold's training titles, the classifier with NB-SVM beside its head in one
-LightningModule, trained, chosen and scored as klue_tc/training/fold.py does every fold.
+LightningModule, trained, chosen and scored as klue_tc/training/fold.py does every fold, with the
+model before its first step one more candidate of the epoch choice (epoch 0: StartAsCandidate) and,
+where asked, the wide path frozen for the first epochs (FreezeWidePath).
 
 A module of its own, named in the code version only while the wide path is on
 (klue_tc/store/fingerprint.py), so that with it off every results key and code version is as it was.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -32,14 +34,15 @@ from klue_tc.data.ngrams import (
     with_ngrams,
 )
 from klue_tc.data.titles import LabelledTitles, inner_split
-from klue_tc.engine.checkpoints import resume_point
+from klue_tc.engine.checkpoints import resume_point, save_atomically
 from klue_tc.models.schedule import lr_lambda, warmup_steps
 from klue_tc.models.wide import NO_NGRAMS, Bags, NBWeightedNgrams, WideAndDeep
 from klue_tc.pretraining.pretrain import PretrainedEncoder, load_pretrained_encoder
 from klue_tc.store.records import FoldPredictions, FoldResult, FoldValidation, RunValidation, TitlePredictions
 from klue_tc.tokenizers import EncodedTitles, Tokenizer, load_tokenizer
 from klue_tc.training.baseline import NB_SVM, fit_choosing_c
-from klue_tc.training.callbacks import FoldMonitor
+from klue_tc.training.calibration import fit_temperature
+from klue_tc.training.callbacks import CURVE_METRICS, FoldMonitor
 from klue_tc.training.evaluate import score_predictions
 from klue_tc.training.fold import (
     FoldScores,
@@ -64,6 +67,8 @@ log = logging.getLogger(__name__)
 # The starting bias of a class none of the fold's training titles has (NB-SVM has no score for it):
 # about the intercept one-vs-rest SVMs give a class that is rarely the answer.
 UNSEEN_CLASS_BIAS = -1.0
+# The epoch a fold's record names when it kept the model as it was before its first step.
+START_EPOCH = 0
 
 
 def batch_bags(batch: dict[str, torch.Tensor]) -> Bags:
@@ -166,7 +171,9 @@ def fit_ngram_features(
     """NB-SVM on a fold's training titles less their inner split (the titles the encoder trains
     on: fit_choosing_c splits them as prepare_fold does), its vocabulary theirs alone; (C, beta)
     chosen on the inner split from the NB-SVM baseline's grid, as the baseline's are, unless
-    wide.svm_c and wide.svm_beta fix them. A class none of those titles has gets no weights."""
+    wide.svm_c and wide.svm_beta fix them. A class none of those titles has gets no weights. The
+    temperature its scores start divided by: wide.temperature, or (null) the one of least log-loss
+    on the inner split (as the ensemble calibrates its members out of fold)."""
     grid = None if wide.svm_c is None else [(wide.svm_c, wide.svm_beta)]
     pipeline, chosen = fit_choosing_c(texts, labels, inner_fraction, cv_seed, grid, baseline=NB_SVM)
     vectorizer, svm = (step for _, step in pipeline.steps)
@@ -175,7 +182,14 @@ def fit_ngram_features(
     ratios[seen], svm_coef[seen] = svm.nb_ratios_, svm.svm_coef_
     intercept = np.full(classes, UNSEEN_CLASS_BIAS)
     intercept[seen] = svm.intercept_
-    return NgramFeatures(vectorizer, ratios, svm_coef, intercept, list(chosen["C"]), chosen["inner_f1"])
+    features = NgramFeatures(vectorizer, ratios, svm_coef, intercept, list(chosen["C"]), chosen["inner_f1"])
+    if wide.temperature is None:
+        _, inner = inner_split(labels, inner_fraction, cv_seed)  # the split fit_choosing_c chose on
+        scores = features.decision_function([texts[i] for i in inner])
+        features.temperature = fit_temperature(scores, labels[inner])
+    else:
+        features.temperature = float(wide.temperature)
+    return features
 
 
 def fold_ngrams(run: RunConfig, titles: FoldTitles) -> tuple[NgramFeatures, FoldNgrams]:
@@ -196,11 +210,13 @@ def fold_ngrams(run: RunConfig, titles: FoldTitles) -> tuple[NgramFeatures, Fold
         features.rows([data.texts[i] for i in titles.scored_idx]),
     )
     log.info(
-        "wide path: %d n-grams from %d training titles; NB-SVM C/beta %s, inner-split macro-F1 %.4f",
+        "wide path: %d n-grams from %d training titles; NB-SVM C/beta %s, inner-split macro-F1 %.4f, "
+        "its scores divided by %.3g",
         features.size,
         len(fit),
         "/".join(f"{v:g}" for v in features.setting),
         features.inner_f1,
+        features.temperature,
     )
     return features, rows
 
@@ -212,10 +228,11 @@ def new_wide_module(
     pretrained: Optional[PretrainedEncoder],
 ) -> WideTopicClassifierModule:
     """The fold's classifier as klue_tc.training.fold.new_module makes it (seeded: the encoder and
-    head start as they would alone), the wide path beside it starting as the fitted NB-SVM."""
+    head start as they would alone), the wide path beside it starting as the fitted NB-SVM, its
+    scores divided by the features' temperature."""
     L.seed_everything(run.seed, workers=True, verbose=False)
     module = WideTopicClassifierModule.from_wide_configs(run, prepared.tokenizer, prepared.label_names, features.size)
-    module.model.wide.start(features.ratios, features.svm_coef, features.intercept)
+    module.model.wide.start(features.ratios, features.svm_coef, features.intercept, features.temperature)
     if run.distill.on:
         module.distill_cfg = run.distill
     if pretrained is not None:
@@ -313,6 +330,96 @@ def score_wide_run(
     return RunValidation(score, alone)
 
 
+# --- the start as a candidate, the frozen path ---------------------------------------------------
+
+
+class StartAsCandidate(L.Callback):
+    """The model before its first step as a candidate of the epoch choice ("epoch 0"). Lightning's
+    sanity check, run over every batch of the inner split and of the held-out fold (train_wide_fold
+    asks for all of them), scores it as each epoch's validation scores the model: the same loaders,
+    precision and metrics, and the fit's random generators isolated from it, so that the training
+    draws what it would draw without it. `monitor` takes it as the first point of the learning curve
+    and as the best so far: a trained epoch is chosen only where it beats it on the inner split
+    (strictly, as epochs beat each other), and early stopping counts its patience from it. A resumed
+    fold runs no sanity check; its saved state holds the start's scores."""
+
+    def __init__(self, monitor: FoldMonitor):
+        self.monitor = monitor
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        monitor = self.monitor
+        if not trainer.sanity_checking or monitor.curve or trainer.global_step > 0:  # an epoch, or a resumed fold
+            return
+        metrics = sanity_check_metrics(trainer)
+        scores = {field: metrics[metric] for field, metric in CURVE_METRICS.items()}
+        monitor.curve.append({"epoch": START_EPOCH, **scores})
+        # FoldMonitor counts epochs from 0 and the records from 1: the start is its epoch -1.
+        monitor.best_inner_f1, monitor.best_epoch = scores["inner_f1"], START_EPOCH - 1
+        monitor.best_inner_accuracy = scores["inner_accuracy"]
+        stop = trainer.early_stopping_callback
+        if stop is not None:
+            stop.best_score = torch.tensor(scores["inner_f1"])
+        log.info(
+            "wide path: the model before its first step (epoch 0): inner-split macro-F1 %.4f (a candidate of "
+            "the epoch choice), val macro-F1 %.4f",
+            scores["inner_f1"],
+            scores["f1"],
+        )
+
+
+def sanity_check_metrics(trainer: L.Trainer) -> dict[str, float]:
+    """What the sanity check under way logged, each validation loader's (the losses) with those of
+    the whole check (macro-F1, accuracy), as an epoch's validation would hand them on. Lightning
+    keeps each loader's apart and, in a sanity check, hands none of them on: they are read where it
+    holds them until the check ends (its result collection, one loader at a time)."""
+    results = trainer._results
+    before, metrics = results.dataloader_idx, {}
+    try:
+        for loader in (None, *range(len(trainer.val_dataloaders))):
+            results.dataloader_idx = loader
+            metrics.update(results.metrics(on_step=False)["callback"])
+    finally:
+        results.dataloader_idx = before
+    return {name: float(value) for name, value in metrics.items()}
+
+
+def start_kept(monitor: FoldMonitor) -> bool:
+    """Whether the fold's choice is the model before its first step: no trained epoch beat it."""
+    return monitor.best_epoch < 0 and bool(monitor.curve) and monitor.curve[0]["epoch"] == START_EPOCH
+
+
+class FreezeWidePath(L.Callback):
+    """The wide path's weights and bias as they start for the first `epochs` epochs, while the
+    encoder and head train around them: their gradients are dropped before each optimiser step
+    (before gradient clipping, which then measures the rest alone), so AdamW leaves them bit for
+    bit, weight decay included. From epoch `epochs` + 1 they train with the rest."""
+
+    def __init__(self, epochs: int):
+        self.epochs = epochs
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
+        if trainer.current_epoch < self.epochs:
+            for param in pl_module.model.wide.parameters():
+                param.grad = None
+
+
+def save_start(module: WideTopicClassifierModule, start: dict[str, torch.Tensor], fold_dir: Path) -> Path:
+    """The model before its first step as the fold's chosen weights, written as keep_model writes a
+    trained epoch's (weights, hyperparameters, versions: what loading it needs)."""
+    checkpoint = fold_dir / "best.ckpt"
+    save_atomically(
+        {
+            "state_dict": start,
+            "hyper_parameters": dict(module.hparams),
+            "pytorch-lightning_version": L.__version__,
+            "epoch": START_EPOCH,
+            "global_step": 0,
+        },
+        checkpoint,
+    )
+    return checkpoint
+
+
 # --- the fold --------------------------------------------------------------------------------------
 
 
@@ -326,29 +433,38 @@ def train_wide_fold(
     pretrained: Optional[PretrainedEncoder] = None,
 ) -> Optional[FoldResult]:
     """klue_tc.training.fold.train_fold with the wide path: the same checkpoints, resumption, choice
-    of epoch on the inner split and record; the n-grams' files beside the fold's tokenizer."""
+    of epoch on the inner split and record, the model before its first step one more candidate
+    (epoch 0: where no trained epoch beats it, the fold keeps it and its record's best_epoch is 0);
+    the wide path frozen for its first wide.freeze_epochs epochs; the n-grams' files beside the
+    fold's tokenizer."""
     started = time.perf_counter()
     run, fold_dir, state_dir = job.run, job.fold_dir(fold), job.state_dir(fold)
     features, ngrams = fold_ngrams(run, titles)
     module = new_wide_module(run, prepared, features, pretrained)
+    # The start, as every sitting of the fold builds it again (seeded): kept where it is chosen.
+    start = {name: value.detach().clone() for name, value in module.state_dict().items()}
     datamodule = WideFoldDataModule(
         prepared.train, prepared.inner, prepared.val, run.data, prepared.tokenizer.specials.pad, run.seed, ngrams
     )
     resume_from = resume_point(fold, state_dir, run.results.resume)
     monitor = FoldMonitor(job.clock.start, started)
     best, makers = selection_callbacks(run, fold, state_dir, monitor)
+    wide = [StartAsCandidate(monitor), *([FreezeWidePath(run.wide.freeze_epochs)] if run.wide.freeze_epochs else [])]
     trainer = make_trainer(
         run.trainer,
         job.device.precision,
         fold_dir,
         logger,
-        [*makers, *callbacks],
+        [*makers, *wide, *callbacks],
         reload_train_data=prepared.train.resample is not None,
     )
+    trainer.num_sanity_val_steps = float("inf")  # the sanity check scores the start on every batch
     diverged = fit(trainer, module, datamodule, resume_from, fold)
     if not trainer.is_global_zero:
         return None
     checkpoint, tokenizer_dir = keep_model(best, prepared.tokenizer, fold_dir, diverged)
+    if diverged is None and start_kept(monitor):
+        checkpoint = save_start(module, start, fold_dir)
     save_ngram_features(features, tokenizer_dir)
     train_seconds = monitor.fold_seconds
     chosen = WideTopicClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu") if checkpoint else module
@@ -363,4 +479,7 @@ def train_wide_fold(
     # The model's size is measured on titles without n-grams: the wide path's work per title, a sum
     # of some tens of its rows, is next to nothing beside the encoder's; its table counts as an embedding.
     with module.model.reading(NO_NGRAMS):
-        return fold_record(job, prepared, trained, scores, pretrained)
+        record = fold_record(job, prepared, trained, scores, pretrained)
+    if start_kept(monitor):  # fold_record leaves out the inner scores of a choice before epoch 1
+        record = replace(record, inner_f1=monitor.best_inner_f1, inner_accuracy=monitor.best_inner_accuracy)
+    return record

@@ -1,8 +1,9 @@
 """A fold's n-grams (klue_tc/data/ngrams.py's NgramFeatures: the wide path's vocabulary, ratios and
 starting NB-SVM) as files that load without running code, in the fold's tokenizer folder, so that
 every copy of a fold's model files (the results store, a rerun's run directory, an ensemble's folder)
-takes them along: `wide.json`, the vectorizer's settings and vocabulary, the NB-SVM setting and the
-arrays' checksum, with its own; `wide.npz`, the arrays, read with numpy's allow_pickle off."""
+takes them along: `wide.json`, the vectorizer's settings and vocabulary, the NB-SVM setting, the
+temperature its scores start divided by and the arrays' checksum, with its own; `wide.npz`, the
+arrays, read with numpy's allow_pickle off."""
 
 from __future__ import annotations
 
@@ -41,7 +42,11 @@ def save_ngram_features(features: NgramFeatures, folder: Path) -> Path:
         "version": VERSION,
         "arrays_sha256": sha256_of(folder / ARRAYS_FILE),
         "vectorizer": vectorizer_settings(features.vectorizer),
-        "nbsvm": {"setting": list(features.setting), "inner_f1": features.inner_f1},
+        "nbsvm": {
+            "setting": list(features.setting),
+            "inner_f1": features.inner_f1,
+            "temperature": features.temperature,
+        },
     }
     settings = folder / SETTINGS_FILE
     atomic_write_text(settings, json.dumps(with_checksum(payload), ensure_ascii=False))
@@ -70,4 +75,5 @@ def load_ngram_features(folder: Path) -> NgramFeatures:
         raise WideFilesError(f"{settings_file}: its arrays do not match its vocabulary")
     nbsvm = settings["nbsvm"]
     inner_f1: Optional[float] = nbsvm.get("inner_f1")
-    return NgramFeatures(vectorizer, ratios, svm_coef, intercept, nbsvm["setting"], inner_f1)
+    temperature = float(nbsvm.get("temperature", 1.0))  # files written before it: NB-SVM's scores as they were
+    return NgramFeatures(vectorizer, ratios, svm_coef, intercept, nbsvm["setting"], inner_f1, temperature)

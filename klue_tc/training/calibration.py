@@ -2,7 +2,11 @@
 per member that softens or sharpens its probabilities; it never changes a single model's predicted
 class, only how much its vote weighs beside the others'. Class offsets: one number per class added
 to the log of the ensemble's weighted mean; at the least log-loss each class's mean probability
-equals its share of the titles, which averaging members that hedge differently does not keep."""
+equals its share of the titles, which averaging members that hedge differently does not keep.
+
+Used by the ensemble stage (klue_tc/ensemble/) on its members' out-of-fold predictions, and by the
+wide path (klue_tc/training/wide.py) for its starting NB-SVM's temperature on a fold's inner split:
+in the code version only while the wide path is on (klue_tc/store/fingerprint.py)."""
 
 from __future__ import annotations
 
